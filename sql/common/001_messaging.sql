@@ -1,0 +1,328 @@
+-- Shared messaging tables: the transactional outbox, the inbox, operator
+-- views and functions, and the retention helper.
+--
+-- Applied in each of the schemas orchestrator, payment and inventory by the
+-- schema's own role, with search_path set to that schema (see migrate.c).
+-- Names are therefore unqualified and nothing here may depend on which
+-- schema it lands in. Functions that read tables carry
+-- "SET search_path FROM CURRENT", which pins the schema they were created
+-- in, so an operator can call payment.retry_dead_letters() whatever their
+-- own search_path is.
+
+-- The outbox. A row is written in the same transaction as the state change
+-- that causes it; the dispatcher delivers it and marks it.
+--
+--   pending:   processed_at IS NULL AND dead_at IS NULL
+--   delivered: processed_at set
+--   dead:      dead_at set (attempts exhausted or refused by the receiver)
+CREATE TABLE outbox_messages (
+	message_id uuid PRIMARY KEY,
+	kind text NOT NULL CHECK (kind IN ('command', 'event')),
+	destination text NOT NULL,
+	type text NOT NULL,
+	payload jsonb NOT NULL,
+	trace_id text,
+	attempt_count int NOT NULL DEFAULT 0,
+	next_attempt_at timestamptz NOT NULL DEFAULT now(),
+	processed_at timestamptz,
+	dead_at timestamptz,
+	last_error text,
+	created_at timestamptz NOT NULL DEFAULT now()
+);
+
+COMMENT ON TABLE outbox_messages IS
+	'Transactional outbox: messages to deliver, written in the transaction of the change that causes them';
+COMMENT ON COLUMN outbox_messages.message_id IS
+	'Message id (the commandId or eventId in the payload); receivers deduplicate on it';
+COMMENT ON COLUMN outbox_messages.kind IS
+	'command (sent to POST /commands/{type}) or event (sent to POST /events/{type})';
+COMMENT ON COLUMN outbox_messages.destination IS
+	'Receiving service, e.g. payment, inventory, orchestrator';
+COMMENT ON COLUMN outbox_messages.type IS
+	'Message name, e.g. PayCommand, PaymentSucceeded';
+COMMENT ON COLUMN outbox_messages.payload IS
+	'JSON body sent as is';
+COMMENT ON COLUMN outbox_messages.trace_id IS
+	'Trace id carried along with the message for logs, if any';
+COMMENT ON COLUMN outbox_messages.attempt_count IS
+	'Delivery attempts made so far; reset to 0 by retry_dead_letter(s)';
+COMMENT ON COLUMN outbox_messages.next_attempt_at IS
+	'Not to be claimed before this time: backoff after a failure, or the lease of a dispatcher that claimed it';
+COMMENT ON COLUMN outbox_messages.processed_at IS
+	'When the receiver accepted it (2xx); null while pending';
+COMMENT ON COLUMN outbox_messages.dead_at IS
+	'When it became a dead letter (refused, or attempts exhausted); null otherwise';
+COMMENT ON COLUMN outbox_messages.last_error IS
+	'Why the last attempt failed; kept across retry_dead_letter(s) until the next attempt replaces it';
+COMMENT ON COLUMN outbox_messages.created_at IS
+	'When the row was written';
+
+-- The dispatcher's claim: "pending and due, oldest first". A partial index
+-- stays as small as the backlog however many delivered rows are kept.
+CREATE INDEX outbox_messages_pending_idx ON outbox_messages (next_attempt_at)
+	WHERE processed_at IS NULL AND dead_at IS NULL;
+COMMENT ON INDEX outbox_messages_pending_idx IS
+	'Dispatcher claim: pending rows by next_attempt_at';
+
+-- purge_processed finds old delivered rows without scanning the table.
+-- Entries arrive in processed_at order, so they append at the right edge.
+CREATE INDEX outbox_messages_processed_idx ON outbox_messages (processed_at)
+	WHERE processed_at IS NOT NULL;
+COMMENT ON INDEX outbox_messages_processed_idx IS
+	'Retention: delivered rows by processed_at (purge_processed)';
+
+-- dead_letters and retry_dead_letters read only the few dead rows.
+CREATE INDEX outbox_messages_dead_idx ON outbox_messages (dead_at)
+	WHERE dead_at IS NOT NULL;
+COMMENT ON INDEX outbox_messages_dead_idx IS
+	'Dead letters by dead_at (dead_letters, retry_dead_letters)';
+
+-- Waking the dispatchers.
+--
+-- Channel: "<schema>_outbox" (payment_outbox, ...), empty payload, so all
+-- notifications of one transaction fold into one. Dispatchers also sweep on
+-- a timer and after reconnecting, so a missed notification only costs time.
+--
+-- A notifying commit takes a database-wide lock, so a service that writes
+-- its own outbox rows wakes its own dispatcher in-process and sets
+-- pgsaga.local_wake = on in its sessions; the triggers then stay quiet. A
+-- row written by any other session (another tool, an operator's psql)
+-- notifies.
+--
+-- Which writes notify:
+--  * INSERT of at least one pending row (statement level, so a bulk insert
+--    costs one call; the transition table lets an INSERT that inserted
+--    nothing, e.g. a guarded INSERT ... SELECT, stay quiet).
+--  * UPDATE that makes a row pending and due which was not before: a dead
+--    or delivered row brought back, or a waiting row moved forward (an
+--    operator's "SET next_attempt_at = now()"). The dispatcher's own updates
+--    (claim, backoff, mark delivered or dead) do not match the WHEN clause,
+--    which is evaluated without calling a function, so they cost next to
+--    nothing; only handing a claimed row back due at once (a lease given
+--    up, a zero backoff) matches, and that is worth a wake.
+--  * retry_dead_letter(s) notify themselves, whatever pgsaga.local_wake says:
+--    operators call them and expect every dispatcher to wake.
+-- Both trigger functions use the table's schema, not current_schema(), so
+-- a write through a qualified name from any search_path wakes the right
+-- channel.
+
+CREATE FUNCTION outbox_notify_insert() RETURNS trigger
+	LANGUAGE plpgsql SECURITY INVOKER
+	AS $$
+BEGIN
+	IF coalesce(lower(current_setting('pgsaga.local_wake', true)), '') IN ('on', 'true', 'yes', '1') THEN
+		RETURN NULL;
+	END IF;
+	IF EXISTS (SELECT 1 FROM outbox_inserted WHERE processed_at IS NULL AND dead_at IS NULL) THEN
+		PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', '');
+	END IF;
+	RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION outbox_notify_insert() IS
+	'Trigger: NOTIFY <schema>_outbox after an INSERT of pending rows, unless pgsaga.local_wake is on';
+
+CREATE FUNCTION outbox_notify_due() RETURNS trigger
+	LANGUAGE plpgsql SECURITY INVOKER
+	AS $$
+BEGIN
+	IF coalesce(lower(current_setting('pgsaga.local_wake', true)), '') IN ('on', 'true', 'yes', '1') THEN
+		RETURN NULL;
+	END IF;
+	-- Per row, but same channel and payload: PostgreSQL sends one per transaction.
+	PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', '');
+	RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION outbox_notify_due() IS
+	'Trigger: NOTIFY <schema>_outbox after an UPDATE made a row pending and due, unless pgsaga.local_wake is on';
+
+CREATE TRIGGER outbox_notify_insert
+	AFTER INSERT ON outbox_messages
+	REFERENCING NEW TABLE AS outbox_inserted
+	FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify_insert();
+COMMENT ON TRIGGER outbox_notify_insert ON outbox_messages IS
+	'Wakes dispatchers (NOTIFY <schema>_outbox) when pending rows are inserted, unless pgsaga.local_wake is on';
+
+CREATE TRIGGER outbox_notify_due
+	AFTER UPDATE ON outbox_messages
+	FOR EACH ROW
+	WHEN (NEW.processed_at IS NULL AND NEW.dead_at IS NULL AND NEW.next_attempt_at <= now()
+	      AND (OLD.processed_at IS NOT NULL OR OLD.dead_at IS NOT NULL
+		   OR OLD.next_attempt_at > now()))
+	EXECUTE FUNCTION outbox_notify_due();
+COMMENT ON TRIGGER outbox_notify_due ON outbox_messages IS
+	'Wakes dispatchers (NOTIFY <schema>_outbox) when an UPDATE makes a row pending and due, unless pgsaga.local_wake is on';
+
+-- The inbox: a receiver inserts the message id in the transaction of the
+-- message's effect; a copy finds the id and has no effect.
+CREATE TABLE processed_messages (
+	message_id uuid PRIMARY KEY,
+	processed_at timestamptz NOT NULL DEFAULT now()
+);
+COMMENT ON TABLE processed_messages IS
+	'Inbox: ids of messages whose effect has been committed, so a copy delivered again has none';
+COMMENT ON COLUMN processed_messages.message_id IS
+	'Id of the received message (commandId or eventId)';
+COMMENT ON COLUMN processed_messages.processed_at IS
+	'When its effect was committed; rows older than the retention period are purged';
+
+CREATE INDEX processed_messages_processed_at_idx ON processed_messages (processed_at);
+COMMENT ON INDEX processed_messages_processed_at_idx IS
+	'Retention: inbox rows by processed_at (purge_processed)';
+
+-- Operator views.
+
+CREATE VIEW outbox_backlog AS
+	SELECT message_id, destination, type, attempt_count, next_attempt_at, last_error,
+	       created_at, now() - created_at AS age, kind, trace_id
+	FROM outbox_messages
+	WHERE processed_at IS NULL AND dead_at IS NULL
+	ORDER BY next_attempt_at, created_at;
+COMMENT ON VIEW outbox_backlog IS
+	'Messages not yet delivered and not dead, in the order the dispatcher takes them';
+COMMENT ON COLUMN outbox_backlog.message_id IS 'Message id';
+COMMENT ON COLUMN outbox_backlog.destination IS 'Receiving service';
+COMMENT ON COLUMN outbox_backlog.type IS 'Message name';
+COMMENT ON COLUMN outbox_backlog.attempt_count IS 'Delivery attempts made so far';
+COMMENT ON COLUMN outbox_backlog.next_attempt_at IS
+	'Next attempt not before this time (backoff, or a dispatcher''s lease)';
+COMMENT ON COLUMN outbox_backlog.last_error IS 'Why the last attempt failed, if one did';
+COMMENT ON COLUMN outbox_backlog.created_at IS 'When the message was written';
+COMMENT ON COLUMN outbox_backlog.age IS 'How long the message has been waiting';
+COMMENT ON COLUMN outbox_backlog.kind IS 'command or event';
+COMMENT ON COLUMN outbox_backlog.trace_id IS 'Trace id, if any';
+
+CREATE VIEW outbox_summary AS
+	SELECT destination,
+	       count(*) FILTER (WHERE dead_at IS NULL) AS pending,
+	       count(*) FILTER (WHERE dead_at IS NULL AND next_attempt_at <= now()) AS due,
+	       count(*) FILTER (WHERE dead_at IS NULL AND attempt_count > 0) AS retrying,
+	       count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
+	       now() - min(created_at) FILTER (WHERE dead_at IS NULL) AS oldest_pending_age
+	FROM outbox_messages
+	WHERE processed_at IS NULL
+	GROUP BY destination
+	ORDER BY destination;
+COMMENT ON VIEW outbox_summary IS
+	'Undelivered messages per destination: pending, due now, retrying, dead, age of the oldest pending';
+COMMENT ON COLUMN outbox_summary.destination IS 'Receiving service';
+COMMENT ON COLUMN outbox_summary.pending IS 'Messages not yet delivered and not dead';
+COMMENT ON COLUMN outbox_summary.due IS 'Pending messages whose next attempt time has come';
+COMMENT ON COLUMN outbox_summary.retrying IS 'Pending messages that failed at least once';
+COMMENT ON COLUMN outbox_summary.dead IS 'Dead letters';
+COMMENT ON COLUMN outbox_summary.oldest_pending_age IS 'How long the oldest pending message has waited';
+
+CREATE VIEW dead_letters AS
+	SELECT message_id, destination, type, payload, attempt_count, last_error, created_at,
+	       dead_at, kind, trace_id
+	FROM outbox_messages
+	WHERE dead_at IS NOT NULL
+	ORDER BY dead_at, created_at;
+COMMENT ON VIEW dead_letters IS
+	'Messages given up on (refused by the receiver or attempts exhausted); retry with retry_dead_letter(s)';
+COMMENT ON COLUMN dead_letters.message_id IS 'Message id; pass it to retry_dead_letter()';
+COMMENT ON COLUMN dead_letters.destination IS 'Receiving service';
+COMMENT ON COLUMN dead_letters.type IS 'Message name';
+COMMENT ON COLUMN dead_letters.payload IS 'JSON body';
+COMMENT ON COLUMN dead_letters.attempt_count IS 'Delivery attempts made';
+COMMENT ON COLUMN dead_letters.last_error IS 'Why the last attempt failed';
+COMMENT ON COLUMN dead_letters.created_at IS 'When the message was written';
+COMMENT ON COLUMN dead_letters.dead_at IS 'When it was given up on';
+COMMENT ON COLUMN dead_letters.kind IS 'command or event';
+COMMENT ON COLUMN dead_letters.trace_id IS 'Trace id, if any';
+
+-- Operator functions. last_error is kept: until the next attempt replaces
+-- it, it says why the message died, which is what an operator retrying it
+-- wants to see in outbox_backlog.
+
+CREATE FUNCTION retry_dead_letter(p_message_id uuid) RETURNS boolean
+	LANGUAGE plpgsql SECURITY INVOKER
+	SET search_path FROM CURRENT
+	AS $$
+BEGIN
+	UPDATE outbox_messages
+	SET dead_at = NULL, attempt_count = 0, next_attempt_at = now()
+	WHERE message_id = p_message_id AND dead_at IS NOT NULL AND processed_at IS NULL;
+	IF NOT FOUND THEN
+		RETURN false;
+	END IF;
+	-- current_schema() is the table's: search_path is pinned to it.
+	PERFORM pg_notify(current_schema() || '_outbox', '');
+	RETURN true;
+END
+$$;
+COMMENT ON FUNCTION retry_dead_letter(uuid) IS
+	'Puts one dead letter back to pending (attempts reset, due now) and wakes the dispatchers; false if no such dead letter';
+
+CREATE FUNCTION retry_dead_letters() RETURNS integer
+	LANGUAGE plpgsql SECURITY INVOKER
+	SET search_path FROM CURRENT
+	AS $$
+DECLARE
+	v_count integer;
+BEGIN
+	UPDATE outbox_messages
+	SET dead_at = NULL, attempt_count = 0, next_attempt_at = now()
+	WHERE dead_at IS NOT NULL AND processed_at IS NULL;
+	GET DIAGNOSTICS v_count = ROW_COUNT;
+	IF v_count > 0 THEN
+		PERFORM pg_notify(current_schema() || '_outbox', '');
+	END IF;
+	RETURN v_count;
+END
+$$;
+COMMENT ON FUNCTION retry_dead_letters() IS
+	'Puts every dead letter back to pending (attempts reset, due now) and wakes the dispatchers; returns how many';
+
+-- Retention, run by the services in the background.
+--
+-- One call deletes at most p_limit delivered outbox rows and at most p_limit
+-- inbox rows, older than p_older_than; the caller repeats until it returns
+-- 0, each call its own short transaction, so no long lock or huge WAL burst.
+-- "= ANY (ARRAY(...))" makes the delete probe the primary key with the
+-- batch's ids instead of joining against the whole table. SKIP LOCKED:
+-- instances purging at the same time do not wait on each other. Dead
+-- letters are never purged: they wait for an operator. An inbox row purged after the retention period no longer
+-- deduplicates its message; the period must exceed how long a copy can
+-- arrive late (the services' own unique keys remain as a backstop).
+
+CREATE FUNCTION purge_processed(p_older_than interval, p_limit int) RETURNS integer
+	LANGUAGE plpgsql SECURITY INVOKER
+	SET search_path FROM CURRENT
+	AS $$
+DECLARE
+	v_cutoff timestamptz;
+	v_outbox integer;
+	v_inbox integer;
+BEGIN
+	IF p_older_than IS NULL OR p_older_than < interval '0' THEN
+		RAISE EXCEPTION 'purge_processed: p_older_than must be a non-negative interval, not %',
+			coalesce(p_older_than::text, 'NULL');
+	END IF;
+	IF p_limit IS NULL OR p_limit <= 0 THEN
+		RETURN 0;
+	END IF;
+	v_cutoff := now() - p_older_than;
+
+	DELETE FROM outbox_messages
+	WHERE message_id = ANY (ARRAY(SELECT message_id FROM outbox_messages
+				      WHERE processed_at < v_cutoff
+				      ORDER BY processed_at
+				      LIMIT p_limit
+				      FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS v_outbox = ROW_COUNT;
+
+	DELETE FROM processed_messages
+	WHERE message_id = ANY (ARRAY(SELECT message_id FROM processed_messages
+				      WHERE processed_at < v_cutoff
+				      ORDER BY processed_at
+				      LIMIT p_limit
+				      FOR UPDATE SKIP LOCKED));
+	GET DIAGNOSTICS v_inbox = ROW_COUNT;
+
+	RETURN v_outbox + v_inbox;
+END
+$$;
+COMMENT ON FUNCTION purge_processed(interval, int) IS
+	'Retention: deletes up to p_limit delivered outbox rows and up to p_limit inbox rows older than p_older_than; returns rows deleted (call again until 0)';

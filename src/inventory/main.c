@@ -1,0 +1,75 @@
+/*
+ * saga-inventory: reserves and releases stock on the orchestrator's
+ * commands, each command once (inbox), answering with an event through its
+ * outbox.
+ */
+#include <stdio.h>
+
+#include "app.h"
+#include "command.h"
+#include "jsonx.h"
+
+static struct app app;
+
+static const char *reserve_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
+				  char buf[COMMAND_MAX_EXTRA][32])
+{
+	int64_t qty;
+
+	if (jsonx_get_id(obj, "itemId", &extra[0]) != 0)
+		return "itemId";
+	if (jsonx_get_int(obj, "qty", 1, 1000, &qty) != 0)
+		return "qty";
+	snprintf(buf[1], sizeof(buf[1]), "%lld", (long long)qty);
+	extra[1] = buf[1];
+	return NULL;
+}
+
+static const char *no_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
+			     char buf[COMMAND_MAX_EXTRA][32])
+{
+	return NULL;
+}
+
+static const struct command_type commands[] = {
+	{ "ReserveInventoryCommand", "SELECT handle_reserve($1, $2, $3, $4::int, $5)", 2,
+	  reserve_fields },
+	{ "ReleaseInventoryCommand", "SELECT handle_release($1, $2, $3)", 0, no_fields },
+};
+
+static void post_command(struct evhttp_request *req, void *svc, const char *tail)
+{
+	command_handle(&app, commands, sizeof(commands) / sizeof(commands[0]), req, tail);
+}
+
+static const struct httpd_route routes[] = {
+	{ "POST", "/commands/", true, post_command, "/commands/{type}" },
+};
+
+static const struct app_peer_spec peers[] = {
+	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
+};
+
+int main(int argc, char **argv)
+{
+	const struct app_spec spec = {
+		.service = "inventory",
+		.about = "the inventory service: POST /commands/{ReserveInventoryCommand,"
+			 "ReleaseInventoryCommand}",
+		.default_addr = "127.0.0.1:8082",
+		.migrations = migrations_inventory,
+		.nmigrations = migrations_inventory_count,
+		.routes = routes,
+		.nroutes = sizeof(routes) / sizeof(routes[0]),
+		.peers = peers,
+		.npeers = sizeof(peers) / sizeof(peers[0]),
+		.faults = true,
+	};
+	bool done;
+	int rc = app_init(&app, &spec, argc, argv, &done);
+
+	if (rc == 0 && !done)
+		rc = app_run(&app);
+	app_free(&app);
+	return rc;
+}

@@ -1,0 +1,451 @@
+/* app: see app.h. */
+#include "app.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backoff.h"
+#include "db.h"
+#include "httpc.h"
+#include "jsonx.h"
+#include "log.h"
+#include "metrics.h"
+#include "outbox.h"
+
+#define DRAIN_LIMIT_MS 10000
+
+static void healthz(struct evhttp_request *req, void *svc, const char *tail)
+{
+	httpd_reply(req, 200, "{\"status\":\"alive\"}");
+}
+
+static void readyz(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+
+	if (!db_pool_ready(app->pool) || app->stopping) {
+		httpd_unavailable(req);
+		return;
+	}
+	httpd_reply(req, 200, "{\"status\":\"ready\"}");
+}
+
+static void metrics(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct evbuffer *b = evbuffer_new();
+
+	if (!b)
+		abort();
+	metrics_render(b);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+			  "text/plain; version=0.0.4");
+	/* httpd_reply_buf would set a JSON content type: answer directly */
+	httpd_reply_buf(req, 200, b);
+	evbuffer_free(b);
+}
+
+static void admin_faults(struct evhttp_request *req, void *svc, const char *tail);
+
+static const struct httpd_route common_routes[] = {
+	{ "GET", "/healthz", false, healthz, "/healthz" },
+	{ "GET", "/readyz", false, readyz, "/readyz" },
+	{ "GET", "/metrics", false, metrics, "/metrics" },
+};
+static const struct httpd_route fault_route = { "POST", "/admin/faults", true, admin_faults,
+						"/admin/faults" };
+
+/* Reads a number in [0, max] from obj[key] if present. */
+static int read_number(struct json_object *obj, const char *key, double max, double *out)
+{
+	struct json_object *v;
+
+	if (!json_object_object_get_ex(obj, key, &v))
+		return 0;
+	if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+		return -1;
+	double d = json_object_get_double(v);
+	if (!(d >= 0 && d <= max))
+		return -1;
+	*out = d;
+	return 0;
+}
+
+static void admin_faults(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+	size_t len;
+	const char *body = httpd_body(req, &len);
+	char err[128], out[160];
+	struct json_object *obj = jsonx_parse(body, len, err, sizeof(err));
+	double fail = app->fail_rate, drop = app->drop_rate, delay = (double)app->delay_ms;
+
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return;
+	}
+	if (!json_object_is_type(obj, json_type_object)) {
+		json_object_put(obj);
+		httpd_error(req, 400, "invalid_json", "expected an object");
+		return;
+	}
+	const char *bad = read_number(obj, "failRate", 1, &fail) ? "failRate"
+			  : read_number(obj, "dropResponseRate", 1, &drop) ? "dropResponseRate"
+			  : read_number(obj, "delayMs", 600000, &delay) ? "delayMs"
+									: NULL;
+	json_object_put(obj);
+	if (bad) {
+		httpd_error(req, 400, "invalid_field", "%s: out of range or not a number", bad);
+		return;
+	}
+	app->fail_rate = fail;
+	app->drop_rate = drop;
+	app->delay_ms = (int64_t)delay;
+	log_warn("faults set: failRate %g, delayMs %lld, dropResponseRate %g", fail,
+		 (long long)app->delay_ms, drop);
+	snprintf(out, sizeof(out), "{\"failRate\":%g,\"delayMs\":%lld,\"dropResponseRate\":%g}",
+		 fail, (long long)app->delay_ms, drop);
+	httpd_reply(req, 200, out);
+}
+
+struct delayed {
+	struct evhttp_request *req;
+	struct app *app;
+	app_next_fn next;
+	char tail[128];
+};
+
+static void delayed_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct delayed *d = arg;
+
+	d->next(d->req, d->app, d->tail);
+	free(d);
+}
+
+bool app_fault_gate(struct app *app, struct evhttp_request *req, const char *tail,
+		    app_next_fn next)
+{
+	if (app->fail_rate > 0 && backoff_random() < app->fail_rate) {
+		httpd_error(req, 500, "injected_fault", "fault injection: failRate");
+		return true;
+	}
+	if (app->delay_ms > 0) {
+		struct delayed *d = calloc(1, sizeof(*d));
+		struct timeval tv = { (time_t)(app->delay_ms / 1000),
+				      (suseconds_t)(app->delay_ms % 1000) * 1000 };
+
+		if (!d)
+			abort();
+		d->req = req;
+		d->app = app;
+		d->next = next;
+		snprintf(d->tail, sizeof(d->tail), "%s", tail);
+		if (event_base_once(app->base, -1, EV_TIMEOUT, delayed_cb, d, &tv) != 0)
+			abort();
+		return true;
+	}
+	return false;
+}
+
+void app_reply(struct app *app, struct evhttp_request *req, int status, const char *json)
+{
+	if (app->drop_rate > 0 && status < 300 && backoff_random() < app->drop_rate) {
+		httpd_drop(req);
+		return;
+	}
+	httpd_reply(req, status, json);
+}
+
+void app_db_error(struct evhttp_request *req, const struct db_error *err, const char *what)
+{
+	if (err->status == DB_UNAVAILABLE) {
+		httpd_unavailable(req);
+		return;
+	}
+	log_error("%s: database error %s: %s", what, err->sqlstate, err->message);
+	httpd_error(req, 500, "internal", "database error %s", err->sqlstate);
+}
+
+static double gauge_pool_busy(void *arg)
+{
+	return db_pool_busy(arg);
+}
+
+static double gauge_pool_waiting(void *arg)
+{
+	return db_pool_waiting(arg);
+}
+
+/* The settings every service reads, bound to app's fields. */
+static size_t common_vars(struct app *app, struct envcfg_var *v)
+{
+	size_t n = 0;
+
+#define VAR(...) (v[n++] = (struct envcfg_var){ __VA_ARGS__ })
+	VAR("DATABASE_URL", ENVCFG_STRING, &app->database_url, NULL, 0, 0,
+	    "libpq connection string or URI; connect as this service's role");
+	VAR("LISTEN_ADDR", ENVCFG_STRING, &app->listen_addr, app->spec->default_addr, 0, 0,
+	    "host:port of the HTTP server");
+	VAR("INTERNAL_TOKEN", ENVCFG_STRING, &app->token, NULL, 0, 0,
+	    "shared secret for internal endpoints (Authorization: Bearer)", true);
+	VAR("DISPATCH_BATCH", ENVCFG_INT, &app->batch, "64", 1, 1000, "outbox rows claimed per round");
+	VAR("RETRY_MAX_ATTEMPTS", ENVCFG_INT, &app->retry_max, "10", 1, 1000000,
+	    "delivery attempts before a message is a dead letter");
+	VAR("RETRY_BASE_MS", ENVCFG_INT, &app->retry_base_ms, "200", 1, 3600000,
+	    "first retry delay (exponential backoff, full jitter)");
+	VAR("RETRY_CAP_MS", ENVCFG_INT, &app->retry_cap_ms, "30000", 1, 86400000,
+	    "largest retry delay");
+	VAR("HTTP_TIMEOUT_MS", ENVCFG_INT, &app->http_timeout_ms, "5000", 1, 600000,
+	    "one delivery attempt's timeout");
+	VAR("LEASE_MS", ENVCFG_INT, &app->lease_ms, "30000", 100, 86400000,
+	    "how long a claimed outbox row stays claimed");
+	VAR("BREAKER_FAILURES", ENVCFG_INT, &app->breaker_failures, "5", 1, 1000000,
+	    "consecutive failures that open a peer's circuit");
+	VAR("BREAKER_OPEN_MS", ENVCFG_INT, &app->breaker_open_ms, "5000", 1, 86400000,
+	    "how long an open circuit waits before one probe");
+	VAR("DB_POOL_SIZE", ENVCFG_INT, &app->pool_size, "8", 1, 100,
+	    "database connections of the pool");
+	VAR("RETENTION_S", ENVCFG_INT, &app->retention_s, "604800", 60, 315360000,
+	    "processed outbox rows and inbox rows older than this are deleted");
+	VAR("LOG_LEVEL", ENVCFG_STRING, &app->log_level, "info", 0, 0,
+	    "debug, info, warn or error");
+	if (app->spec->faults) {
+		VAR("FAULT_FAIL_RATE", ENVCFG_RATE, &app->fail_rate, "0", 0, 0,
+		    "share of commands answered 500 before any work");
+		VAR("FAULT_DELAY_MS", ENVCFG_INT, &app->delay_ms, "0", 0, 600000,
+		    "delay before handling each command");
+		VAR("FAULT_DROP_RESPONSE_RATE", ENVCFG_RATE, &app->drop_rate, "0", 0, 0,
+		    "share of commands whose effect commits but whose answer is dropped");
+	}
+#undef VAR
+	return n;
+}
+
+/* Applies migrations, waiting for the database to come up first. */
+static int migrate(struct app *app)
+{
+	char err[1024];
+
+	for (int tries = 0;; tries++) {
+		PGPing ping = PQping(app->database_url);
+
+		if (ping == PQPING_OK)
+			break;
+		if (ping == PQPING_NO_ATTEMPT) {
+			fprintf(stderr, "saga-%s: DATABASE_URL is not a valid connection string\n",
+				app->spec->service);
+			return -1;
+		}
+		if (tries % 10 == 0)
+			log_warn("database not reachable yet; retrying");
+		usleep(500 * 1000);
+	}
+	int n = migrate_apply(app->database_url, app->spec->service, app->spec->migrations,
+			      app->spec->nmigrations, err, sizeof(err));
+	if (n < 0) {
+		log_error("migrations failed: %s", err);
+		return -1;
+	}
+	if (n > 0)
+		log_info("applied %d migration(s)", n);
+	return 0;
+}
+
+static int open_peers(struct app *app, struct outbox_peer *op, char *err, size_t errlen)
+{
+	struct httpc_opts o = {
+		.max_in_flight = 32,
+		.timeout_ms = (int)app->http_timeout_ms,
+		.breaker_failures = (int)app->breaker_failures,
+		.breaker_open_ms = (int)app->breaker_open_ms,
+	};
+
+	app->peers = calloc(app->spec->npeers + 1, sizeof(*app->peers));
+	if (!app->peers)
+		abort();
+	for (size_t i = 0; i < app->spec->npeers; i++) {
+		const struct app_peer_spec *ps = &app->spec->peers[i];
+		const char *urls = getenv(ps->env);
+
+		if (!urls || !*urls)
+			urls = ps->def;
+		app->peers[i] = httpc_peer_new(app->base, ps->destination, urls, &o, err, errlen);
+		if (!app->peers[i])
+			return -1;
+		op[i].destination = ps->destination;
+		op[i].peer = app->peers[i];
+	}
+	return 0;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg);
+
+int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv, bool *done)
+{
+	struct envcfg_var vars[64];
+	struct outbox_peer op[8];
+	char err[512], host[256];
+	size_t n;
+	int port;
+	enum log_level lvl;
+
+	memset(app, 0, sizeof(*app));
+	app->spec = spec;
+	*done = false;
+	n = common_vars(app, vars);
+	for (size_t i = 0; i < spec->nvars && n < 56; i++)
+		vars[n++] = spec->vars[i];
+	for (size_t i = 0; i < spec->npeers; i++)
+		vars[n++] = (struct envcfg_var){ spec->peers[i].env, ENVCFG_STRING, NULL,
+						 spec->peers[i].def, 0, 0,
+						 "peer base URL(s), comma-separated" };
+	log_set_service(spec->service);
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+			envcfg_help(stdout, argv[0], spec->about, vars, n);
+			*done = true;
+			return 0;
+		}
+		fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
+		return 2;
+	}
+	/* the peers' URLs are read when opening them; skip them here */
+	if (envcfg_load(vars, n - spec->npeers, err, sizeof(err)) != 0) {
+		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
+		return 2;
+	}
+	if (log_parse_level(app->log_level, &lvl) != 0) {
+		fprintf(stderr, "saga-%s: LOG_LEVEL: expected debug, info, warn or error\n",
+			spec->service);
+		return 2;
+	}
+	log_min_level = lvl;
+	if (envcfg_parse_addr(app->listen_addr, host, sizeof(host), &port) != 0) {
+		fprintf(stderr, "saga-%s: LISTEN_ADDR: expected host:port, got '%s'\n",
+			spec->service, app->listen_addr);
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	if (migrate(app) != 0)
+		return 1;
+
+	app->base = event_base_new();
+	if (!app->base)
+		return 1;
+	app->pool = db_pool_new(app->base, app->database_url, spec->service, (int)app->pool_size);
+	if (!app->pool)
+		return 1;
+	metrics_gauge_fn("saga_db_pool_in_use", "Pool connections running a statement", "",
+			 gauge_pool_busy, app->pool);
+	metrics_gauge_fn("saga_db_pool_waiting", "Statements waiting for a pool connection", "",
+			 gauge_pool_waiting, app->pool);
+	if (open_peers(app, op, err, sizeof(err)) != 0) {
+		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
+		return 2;
+	}
+	struct outbox_opts oo = {
+		.schema = spec->service,
+		.conninfo = app->database_url,
+		.token = app->token,
+		.batch = (int)app->batch,
+		.max_attempts = (int)app->retry_max,
+		.base_ms = (int)app->retry_base_ms,
+		.cap_ms = (int)app->retry_cap_ms,
+		.lease_ms = (int)app->lease_ms,
+		.sweep_ms = 1000,
+		.retention_s = (int)app->retention_s,
+	};
+	app->outbox = outbox_new(app->base, app->pool, &oo, op, (int)spec->npeers);
+	if (!app->outbox)
+		return 1;
+
+	n = spec->nroutes + sizeof(common_routes) / sizeof(common_routes[0]) + 1;
+	app->all_routes = calloc(n, sizeof(*app->all_routes));
+	if (!app->all_routes)
+		abort();
+	n = 0;
+	for (size_t i = 0; i < spec->nroutes; i++)
+		app->all_routes[n++] = spec->routes[i];
+	for (size_t i = 0; i < sizeof(common_routes) / sizeof(common_routes[0]); i++)
+		app->all_routes[n++] = common_routes[i];
+	if (spec->faults)
+		app->all_routes[n++] = fault_route;
+	app->httpd = httpd_new(app->base, host, port, app->all_routes, n, app->token, app, err,
+			       sizeof(err));
+	if (!app->httpd) {
+		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
+		return 1;
+	}
+	app->sig_term = evsignal_new(app->base, SIGTERM, on_signal, app);
+	app->sig_int = evsignal_new(app->base, SIGINT, on_signal, app);
+	evsignal_add(app->sig_term, NULL);
+	evsignal_add(app->sig_int, NULL);
+	log_info("listening on %s:%d", host, httpd_port(app->httpd));
+	return 0;
+}
+
+/* Exits the loop once nothing is in flight, or after DRAIN_LIMIT_MS. */
+static void drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct app *app = arg;
+	static int waited_ms;
+	struct timeval tv = { 0, 20 * 1000 };
+
+	if ((httpd_in_flight(app->httpd) == 0 && outbox_idle(app->outbox) &&
+	     db_pool_busy(app->pool) == 0 && db_pool_waiting(app->pool) == 0) ||
+	    waited_ms >= DRAIN_LIMIT_MS) {
+		if (waited_ms >= DRAIN_LIMIT_MS)
+			log_warn("shutdown: gave up waiting for work in flight");
+		event_base_loopexit(app->base, NULL);
+		return;
+	}
+	waited_ms += 20;
+	evtimer_add(app->drain, &tv);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	struct app *app = arg;
+
+	if (app->stopping)
+		return;
+	log_info("signal %d: draining", (int)sig);
+	app->stopping = true;
+	httpd_stop_accepting(app->httpd);
+	outbox_stop(app->outbox);
+	app->drain = evtimer_new(app->base, drain_cb, app);
+	drain_cb(-1, 0, app);
+}
+
+int app_run(struct app *app)
+{
+	event_base_dispatch(app->base);
+	log_info("stopped");
+	return 0;
+}
+
+void app_free(struct app *app)
+{
+	if (app->drain)
+		event_free(app->drain);
+	if (app->sig_term)
+		event_free(app->sig_term);
+	if (app->sig_int)
+		event_free(app->sig_int);
+	httpd_free(app->httpd);
+	outbox_free(app->outbox);
+	for (size_t i = 0; app->peers && i < app->spec->npeers; i++)
+		httpc_peer_free(app->peers[i]);
+	free(app->peers);
+	db_pool_free(app->pool);
+	if (app->base)
+		event_base_free(app->base);
+	free(app->all_routes);
+	metrics_free_all();
+}

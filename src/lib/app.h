@@ -1,0 +1,99 @@
+/*
+ * app: what the three services share around their own routes and SQL:
+ * settings, logging, migrations, the event base, the database pool, the
+ * peers, the outbox dispatcher, the HTTP server with /healthz, /readyz and
+ * /metrics, fault injection, and graceful shutdown on SIGTERM/SIGINT.
+ */
+#ifndef PGSAGA_APP_H
+#define PGSAGA_APP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "envcfg.h"
+#include "httpd.h"
+#include "migrate.h"
+
+struct event_base;
+struct evhttp_request;
+
+struct app_peer_spec {
+	const char *destination; /* outbox destination, e.g. "payment" */
+	const char *env;         /* e.g. "PAYMENT_URL" */
+	const char *def;         /* default URL */
+};
+
+struct app_spec {
+	const char *service; /* schema, role suffix and log name: "payment" */
+	const char *about;   /* one line for --help */
+	const char *default_addr;
+	const struct migration *migrations;
+	size_t nmigrations;
+	const struct envcfg_var *vars; /* the service's own settings */
+	size_t nvars;
+	const struct httpd_route *routes; /* the service's own routes */
+	size_t nroutes;
+	const struct app_peer_spec *peers;
+	size_t npeers;
+	bool faults; /* FAULT_* settings and POST /admin/faults */
+};
+
+struct app {
+	const struct app_spec *spec;
+	struct event_base *base;
+	struct db_pool *pool;
+	struct outbox *outbox;
+	struct httpd *httpd;
+	struct httpc_peer **peers;
+	void *svc; /* the service's own state */
+
+	/* common settings */
+	const char *database_url;
+	const char *listen_addr;
+	const char *token;
+	const char *log_level;
+	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
+	int64_t breaker_failures, breaker_open_ms, pool_size, retention_s;
+	/* faults (payment, inventory) */
+	double fail_rate, drop_rate;
+	int64_t delay_ms;
+
+	bool stopping;
+	struct event *sig_term, *sig_int, *drain;
+	struct httpd_route *all_routes;
+};
+
+/*
+ * Parses argv (--help) and the environment, applies migrations, opens the
+ * pool, peers, dispatcher and HTTP server. Returns 0, or prints why to
+ * stderr and returns an exit code (0 after --help).
+ */
+__attribute__((warn_unused_result)) int app_init(struct app *app, const struct app_spec *spec,
+						 int argc, char **argv, bool *done);
+
+/* Runs the loop until a signal, then drains; returns the exit status. */
+int app_run(struct app *app);
+void app_free(struct app *app);
+
+/*
+ * Fault injection gate for an internal command handler, called first after
+ * the token check. Returns true when it took over the request: answered 500
+ * (fail rate) or arranged for next(req, app) to be called after the delay.
+ * Returns false when the handler should go on at once.
+ */
+typedef void (*app_next_fn)(struct evhttp_request *req, struct app *app, const char *tail);
+bool app_fault_gate(struct app *app, struct evhttp_request *req, const char *tail,
+		    app_next_fn next);
+
+/*
+ * Answers, unless the drop-response fault fires: then the connection is
+ * closed without an answer (the effect has committed).
+ */
+void app_reply(struct app *app, struct evhttp_request *req, int status, const char *json);
+
+/* 503 for DB_UNAVAILABLE, else 500 (logged): the generic database failure. */
+struct db_error;
+void app_db_error(struct evhttp_request *req, const struct db_error *err, const char *what);
+
+#endif

@@ -1,0 +1,142 @@
+/* command: see command.h. */
+#include "command.h"
+
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "db.h"
+#include "httpd.h"
+#include "jsonx.h"
+#include "log.h"
+#include "metrics.h"
+#include "outbox.h"
+#include "uuid.h"
+
+/* The table is found again after a fault delay through this. */
+static const struct command_type *registered;
+static size_t nregistered;
+
+struct cmd_ctx {
+	struct app *app;
+	struct evhttp_request *req;
+	const struct command_type *type;
+	char command_id[UUID_STR_LEN];
+	char saga_id[UUID_STR_LEN];
+};
+
+static struct metric_family *duplicates(void)
+{
+	return metrics_family("saga_inbox_duplicates_total",
+			      "Messages received again and not applied again", METRIC_COUNTER);
+}
+
+static void handled(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct cmd_ctx *c = arg;
+	struct log_ctx lc = { .saga_id = c->saga_id, .message_id = c->command_id };
+
+	if (err->status != DB_OK) {
+		app_db_error(c->req, err, c->type->name);
+		free(c);
+		return;
+	}
+	if (strcmp(PQgetvalue(res, 0, 0), "duplicate") == 0) {
+		metrics_inc(duplicates(), "", 1);
+		LOG_AT(LOG_DEBUG, &lc, "%s again: already handled", c->type->name);
+		app_reply(c->app, c->req, 200, "{\"duplicated\":true}");
+	} else {
+		LOG_AT(LOG_DEBUG, &lc, "%s handled: %s", c->type->name, PQgetvalue(res, 0, 0));
+		outbox_kick(c->app->outbox);
+		app_reply(c->app, c->req, 200, "{\"duplicated\":false}");
+	}
+	free(c);
+}
+
+/* The trace id of an incoming W3C traceparent, or NULL. */
+static const char *trace_of(struct evhttp_request *req, char out[33])
+{
+	const char *tp = httpd_header(req, "traceparent");
+
+	if (!tp || strlen(tp) != 55 || tp[2] != '-' || tp[35] != '-')
+		return NULL;
+	for (int i = 0; i < 32; i++) {
+		char ch = tp[3 + i];
+
+		if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+			return NULL;
+	}
+	memcpy(out, tp + 3, 32);
+	out[32] = '\0';
+	return out;
+}
+
+static void run(struct evhttp_request *req, struct app *app, const char *tail)
+{
+	const struct command_type *type = NULL;
+	const char *params[3 + COMMAND_MAX_EXTRA], *bad = NULL, *cid, *sid;
+	char buf[COMMAND_MAX_EXTRA][32], err[128], trace[33];
+	struct json_object *obj;
+	struct cmd_ctx *c;
+	size_t len;
+	const char *body;
+
+	for (size_t i = 0; i < nregistered; i++)
+		if (strcmp(registered[i].name, tail) == 0)
+			type = &registered[i];
+	body = httpd_body(req, &len);
+	obj = jsonx_parse(body, len, err, sizeof(err));
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return;
+	}
+	if (!json_object_is_type(obj, json_type_object)) {
+		json_object_put(obj);
+		httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
+		return;
+	}
+	if (jsonx_get_uuid(obj, "commandId", &cid) != 0)
+		bad = "commandId";
+	else if (jsonx_get_uuid(obj, "sagaId", &sid) != 0)
+		bad = "sagaId";
+	else
+		bad = type->extract(obj, params + 2, buf);
+	if (bad) {
+		httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
+		json_object_put(obj);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		abort();
+	c->app = app;
+	c->req = req;
+	c->type = type;
+	snprintf(c->command_id, sizeof(c->command_id), "%s", cid);
+	snprintf(c->saga_id, sizeof(c->saga_id), "%s", sid);
+	params[0] = cid;
+	params[1] = sid;
+	params[2 + type->nextra] = trace_of(req, trace);
+	db_query(app->pool, type->sql, 3 + type->nextra, params, handled, c);
+	json_object_put(obj);
+}
+
+void command_handle(struct app *app, const struct command_type *types, size_t ntypes,
+		    struct evhttp_request *req, const char *tail)
+{
+	bool known = false;
+
+	registered = types;
+	nregistered = ntypes;
+	for (size_t i = 0; i < ntypes; i++)
+		known |= strcmp(types[i].name, tail) == 0;
+	if (!known) {
+		httpd_error(req, 404, "unknown_type", "unknown command type");
+		return;
+	}
+	if (app_fault_gate(app, req, tail, run))
+		return;
+	run(req, app, tail);
+}

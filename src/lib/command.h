@@ -1,0 +1,40 @@
+/*
+ * command: the receiving side of POST /commands/{Type}, shared by payment
+ * and inventory. Token already checked by httpd; then fault injection, then
+ * the body: commandId and sagaId (UUIDs) plus the type's own fields; then
+ * one call of the type's SQL function, which records the command in the
+ * inbox, does the effect and writes the answering event to the outbox in
+ * one transaction. It returns 'duplicate' when the command was seen before.
+ */
+#ifndef PGSAGA_COMMAND_H
+#define PGSAGA_COMMAND_H
+
+#include <json-c/json.h>
+#include <stddef.h>
+
+struct app;
+struct evhttp_request;
+
+#define COMMAND_MAX_EXTRA 4
+
+struct command_type {
+	const char *name; /* "PayCommand" */
+	/*
+	 * The statement: $1 commandId, $2 sagaId, $3.. the extra fields,
+	 * then the trace id. Returns one text value.
+	 */
+	const char *sql;
+	int nextra;
+	/*
+	 * Reads the type's own fields into extra[i] (texts, may point into
+	 * obj or into buf[i]). Returns NULL, or the name of the bad field.
+	 */
+	const char *(*extract)(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
+			       char buf[COMMAND_MAX_EXTRA][32]);
+};
+
+/* Route handler body: tail is the {Type} part of the path. */
+void command_handle(struct app *app, const struct command_type *types, size_t ntypes,
+		    struct evhttp_request *req, const char *tail);
+
+#endif

@@ -1,0 +1,615 @@
+/*
+ * db: non-blocking libpq on libevent. See db.h for the contract.
+ *
+ * Each connection is a small state machine; its one event's interest is
+ * derived from the state in conn_arm(), the only place that (re)arms it,
+ * because PQsocket() may change while connecting.
+ */
+#include "db.h"
+
+#include <event2/event.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+
+#include "backoff.h"
+#include "log.h"
+
+#define CONNECT_TIMEOUT_MS 5000
+#define QUERY_TIMEOUT_MS 15000
+#define RECONNECT_BASE_MS 100
+#define RECONNECT_CAP_MS 5000
+
+enum conn_state {
+	CONN_DOWN,       /* waiting for the reconnect timer */
+	CONN_CONNECTING, /* PQconnectPoll until OK */
+	CONN_SETUP,      /* LISTEN sent, waiting for its result (listen only) */
+	CONN_IDLE,       /* watching for EOF or notifications */
+	CONN_BUSY,       /* a statement is out, flushing and reading */
+};
+
+struct db_req {
+	TAILQ_ENTRY(db_req) link;
+	const char *sql;
+	int nparams;
+	char **params;
+	db_cb cb;
+	void *arg;
+};
+TAILQ_HEAD(req_queue, db_req);
+
+struct conn {
+	enum conn_state state;
+	PGconn *pg;
+	struct event *ev;     /* socket readiness, interest set by conn_arm */
+	struct event *timer;  /* connect/query deadline, or reconnect delay */
+	int failures;         /* consecutive failed connects, for backoff */
+	int armed_fd;
+	short armed_what;
+	struct db_req *req;   /* while CONN_BUSY (pool only) */
+	PGresult *res;        /* the statement's result, until ReadyForQuery */
+	struct db_pool *pool; /* NULL for a listen connection */
+	struct db_listen *listen;
+};
+
+struct db_pool {
+	struct event_base *base;
+	char *conninfo;
+	char *options;
+	int size;
+	int up;      /* connections in IDLE or BUSY */
+	int busy;
+	int waiting;
+	struct req_queue queue;
+	struct conn *conns;
+};
+
+struct db_listen {
+	struct event_base *base;
+	char *conninfo;
+	char *listen_sql;
+	db_listen_cb on_notify, on_connect;
+	void *arg;
+	struct conn conn;
+};
+
+static void conn_event_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_start(struct conn *c);
+static void pool_dispatch(struct db_pool *pool);
+
+static struct event_base *conn_base(const struct conn *c)
+{
+	return c->pool ? c->pool->base : c->listen->base;
+}
+
+static void conn_timer(struct conn *c, int64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+
+	evtimer_add(c->timer, &tv);
+}
+
+/* Derives the event's interest from the state; re-reads the socket. */
+static void conn_arm(struct conn *c, short what)
+{
+	int fd = c->pg ? PQsocket(c->pg) : -1;
+
+	if (fd < 0 || what == 0) {
+		event_del(c->ev);
+		c->armed_fd = -1;
+		c->armed_what = 0;
+		return;
+	}
+	if (fd == c->armed_fd && what == c->armed_what)
+		return;
+	event_del(c->ev);
+	event_assign(c->ev, conn_base(c), fd, what | EV_PERSIST, conn_event_cb, c);
+	event_add(c->ev, NULL);
+	c->armed_fd = fd;
+	c->armed_what = what;
+}
+
+/* The parameters live in the same allocation as the request. */
+static void req_free(struct db_req *r)
+{
+	free(r);
+}
+
+static void req_finish(struct db_req *r, PGresult *res, enum db_status st, const char *sqlstate,
+		       const char *msg)
+{
+	struct db_error err = { .status = st, .message = msg ? msg : "" };
+
+	if (sqlstate)
+		snprintf(err.sqlstate, sizeof(err.sqlstate), "%s", sqlstate);
+	r->cb(r->arg, st == DB_OK ? res : NULL, &err);
+	req_free(r);
+}
+
+static void pool_fail_queue(struct db_pool *pool, const char *why)
+{
+	struct db_req *r;
+
+	while ((r = TAILQ_FIRST(&pool->queue)) != NULL) {
+		TAILQ_REMOVE(&pool->queue, r, link);
+		pool->waiting--;
+		req_finish(r, NULL, DB_UNAVAILABLE, NULL, why);
+	}
+}
+
+/*
+ * The connection broke or never came up: drop it, fail what ran on it and
+ * schedule a reconnect. Called from the connection's own callbacks only
+ * after they are done touching c->pg.
+ */
+static void conn_down(struct conn *c, const char *why)
+{
+	bool was_up = c->state == CONN_IDLE || c->state == CONN_BUSY;
+	struct db_req *r = c->req;
+
+	if (c->state != CONN_CONNECTING || c->failures == 0)
+		log_warn("database connection lost: %s", why);
+	conn_arm(c, 0);
+	evtimer_del(c->timer);
+	PQclear(c->res);
+	c->res = NULL;
+	if (c->pg)
+		PQfinish(c->pg);
+	c->pg = NULL;
+	c->req = NULL;
+	c->state = CONN_DOWN;
+	c->failures++;
+	conn_timer(c, backoff_delay_ms(RECONNECT_BASE_MS, RECONNECT_CAP_MS, c->failures,
+				       backoff_random()) + RECONNECT_BASE_MS / 2);
+	if (c->pool) {
+		if (was_up)
+			c->pool->up--;
+		if (r) {
+			c->pool->busy--;
+			req_finish(r, NULL, DB_UNAVAILABLE, NULL, why);
+		}
+		if (c->pool->up == 0)
+			pool_fail_queue(c->pool, "database unavailable");
+	}
+}
+
+static void conn_idle(struct conn *c)
+{
+	c->state = CONN_IDLE;
+	evtimer_del(c->timer);
+	conn_arm(c, EV_READ);
+}
+
+static void conn_connected(struct conn *c)
+{
+	c->failures = 0;
+	if (PQsetnonblocking(c->pg, 1) != 0) {
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	if (c->pool) {
+		c->pool->up++;
+		conn_idle(c);
+		pool_dispatch(c->pool);
+		return;
+	}
+	/* listen: send LISTEN, and report the (re)connect once it is in place. */
+	if (!PQsendQuery(c->pg, c->listen->listen_sql)) {
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	c->state = CONN_SETUP;
+	conn_timer(c, QUERY_TIMEOUT_MS);
+	conn_arm(c, PQflush(c->pg) == 1 ? EV_READ | EV_WRITE : EV_READ);
+}
+
+static void conn_poll_connect(struct conn *c)
+{
+	switch (PQconnectPoll(c->pg)) {
+	case PGRES_POLLING_READING:
+		conn_arm(c, EV_READ);
+		return;
+	case PGRES_POLLING_WRITING:
+		conn_arm(c, EV_WRITE);
+		return;
+	case PGRES_POLLING_OK:
+		conn_connected(c);
+		return;
+	default:
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+}
+
+static void conn_start(struct conn *c)
+{
+	const char *keys[5], *vals[5];
+	int n = 0;
+
+	keys[n] = "dbname";
+	vals[n++] = c->pool ? c->pool->conninfo : c->listen->conninfo;
+	if (c->pool) {
+		keys[n] = "options";
+		vals[n++] = c->pool->options;
+	}
+	keys[n] = "fallback_application_name";
+	vals[n++] = "pgsaga";
+	keys[n] = NULL;
+	vals[n] = NULL;
+	c->pg = PQconnectStartParams(keys, vals, 1);
+	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD) {
+		conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
+		return;
+	}
+	c->state = CONN_CONNECTING;
+	conn_timer(c, CONNECT_TIMEOUT_MS);
+	conn_poll_connect(c);
+}
+
+/* Reads whatever arrived; returns false when the connection broke. */
+static bool conn_consume(struct conn *c)
+{
+	PGnotify *n;
+	bool notified = false;
+
+	if (!PQconsumeInput(c->pg)) {
+		conn_down(c, PQerrorMessage(c->pg));
+		return false;
+	}
+	while ((n = PQnotifies(c->pg)) != NULL) {
+		notified = true;
+		PQfreemem(n);
+	}
+	if (notified && c->listen && c->state == CONN_IDLE)
+		c->listen->on_notify(c->listen->arg);
+	return true;
+}
+
+/*
+ * Collects the statement's result. The result can arrive before the
+ * ReadyForQuery that ends it, in another read, so it is kept on the
+ * connection until PQgetResult says the statement is over.
+ */
+static void conn_finish_busy(struct conn *c)
+{
+	PGresult *res;
+	struct db_req *r = c->req;
+
+	while (!PQisBusy(c->pg) && (res = PQgetResult(c->pg)) != NULL) {
+		if (!c->res)
+			c->res = res;
+		else
+			PQclear(res);
+	}
+	if (PQisBusy(c->pg))
+		return;
+	res = c->res;
+	c->res = NULL;
+	if (PQstatus(c->pg) == CONNECTION_BAD) {
+		PQclear(res);
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	c->req = NULL;
+	c->pool->busy--;
+	conn_idle(c);
+
+	ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+	if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+		req_finish(r, res, DB_OK, NULL, NULL);
+	} else {
+		const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+		const char *msg = res ? PQresultErrorMessage(res) : "no result";
+
+		req_finish(r, NULL, DB_SQL_ERROR, state ? state : "XX000", msg);
+	}
+	PQclear(res);
+	pool_dispatch(c->pool);
+}
+
+static void conn_finish_setup(struct conn *c)
+{
+	PGresult *res;
+	bool ok = true;
+
+	while (!PQisBusy(c->pg) && (res = PQgetResult(c->pg)) != NULL) {
+		if (PQresultStatus(res) != PGRES_COMMAND_OK)
+			ok = false;
+		PQclear(res);
+	}
+	if (PQisBusy(c->pg))
+		return;
+	if (!ok) {
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	conn_idle(c);
+	c->listen->on_connect(c->listen->arg);
+}
+
+static void conn_event_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	switch (c->state) {
+	case CONN_CONNECTING:
+		conn_poll_connect(c);
+		return;
+	case CONN_IDLE:
+		if (!conn_consume(c))
+			return;
+		if (PQstatus(c->pg) == CONNECTION_BAD)
+			conn_down(c, "connection closed");
+		return;
+	case CONN_SETUP:
+	case CONN_BUSY:
+		if (what & EV_WRITE) {
+			int f = PQflush(c->pg);
+
+			if (f < 0) {
+				conn_down(c, PQerrorMessage(c->pg));
+				return;
+			}
+			conn_arm(c, f == 1 ? EV_READ | EV_WRITE : EV_READ);
+		}
+		if (what & EV_READ) {
+			if (!conn_consume(c))
+				return;
+			if (c->state == CONN_BUSY)
+				conn_finish_busy(c);
+			else
+				conn_finish_setup(c);
+		}
+		return;
+	case CONN_DOWN:
+		return;
+	}
+}
+
+static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct conn *c = arg;
+
+	switch (c->state) {
+	case CONN_DOWN:
+		conn_start(c);
+		return;
+	case CONN_CONNECTING:
+		conn_down(c, "connect timed out");
+		return;
+	case CONN_SETUP:
+	case CONN_BUSY:
+		conn_down(c, "statement timed out");
+		return;
+	case CONN_IDLE:
+		return;
+	}
+}
+
+static void conn_init(struct conn *c, struct event_base *base)
+{
+	c->ev = event_new(base, -1, 0, conn_event_cb, c);
+	c->timer = evtimer_new(base, conn_timer_cb, c);
+	c->armed_fd = -1;
+	c->state = CONN_DOWN;
+}
+
+static void conn_fini(struct conn *c)
+{
+	if (c->ev)
+		event_free(c->ev);
+	if (c->timer)
+		event_free(c->timer);
+	if (c->pg)
+		PQfinish(c->pg);
+}
+
+static void conn_send(struct conn *c, struct db_req *r)
+{
+	int f;
+
+	if (!PQsendQueryParams(c->pg, r->sql, r->nparams, NULL, (const char *const *)r->params,
+			       NULL, NULL, 0)) {
+		TAILQ_INSERT_HEAD(&c->pool->queue, r, link);
+		c->pool->waiting++;
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	c->req = r;
+	c->state = CONN_BUSY;
+	c->pool->busy++;
+	conn_timer(c, QUERY_TIMEOUT_MS);
+	f = PQflush(c->pg);
+	if (f < 0) {
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	conn_arm(c, f == 1 ? EV_READ | EV_WRITE : EV_READ);
+}
+
+static void pool_dispatch(struct db_pool *pool)
+{
+	for (int i = 0; i < pool->size && !TAILQ_EMPTY(&pool->queue); i++) {
+		struct conn *c = &pool->conns[i];
+		struct db_req *r;
+
+		if (c->state != CONN_IDLE)
+			continue;
+		r = TAILQ_FIRST(&pool->queue);
+		TAILQ_REMOVE(&pool->queue, r, link);
+		pool->waiting--;
+		conn_send(c, r);
+	}
+}
+
+struct db_pool *db_pool_new(struct event_base *base, const char *conninfo, const char *schema,
+			    int size)
+{
+	struct db_pool *pool = calloc(1, sizeof(*pool));
+	char opts[256];
+
+	if (!pool)
+		return NULL;
+	snprintf(opts, sizeof(opts), "-c search_path=%s -c pgsaga.local_wake=on", schema);
+	pool->base = base;
+	pool->conninfo = strdup(conninfo);
+	pool->options = strdup(opts);
+	pool->size = size;
+	pool->conns = calloc((size_t)size, sizeof(*pool->conns));
+	TAILQ_INIT(&pool->queue);
+	if (!pool->conninfo || !pool->options || !pool->conns) {
+		db_pool_free(pool);
+		return NULL;
+	}
+	for (int i = 0; i < size; i++) {
+		pool->conns[i].pool = pool;
+		conn_init(&pool->conns[i], base);
+		conn_start(&pool->conns[i]);
+	}
+	return pool;
+}
+
+void db_pool_free(struct db_pool *pool)
+{
+	if (!pool)
+		return;
+	for (int i = 0; pool->conns && i < pool->size; i++) {
+		struct conn *c = &pool->conns[i];
+
+		if (c->req)
+			req_free(c->req);
+		conn_fini(c);
+	}
+	struct db_req *r;
+	while ((r = TAILQ_FIRST(&pool->queue)) != NULL) {
+		TAILQ_REMOVE(&pool->queue, r, link);
+		req_free(r);
+	}
+	free(pool->conns);
+	free(pool->conninfo);
+	free(pool->options);
+	free(pool);
+}
+
+static void unavailable_cb(evutil_socket_t fd, short what, void *arg)
+{
+	req_finish(arg, NULL, DB_UNAVAILABLE, NULL, "database unavailable");
+}
+
+void db_query(struct db_pool *pool, const char *sql, int nparams, const char *const *params,
+	      db_cb cb, void *arg)
+{
+	size_t len = 0;
+	struct db_req *r;
+	char **pv, *p;
+
+	for (int i = 0; i < nparams; i++)
+		len += params[i] ? strlen(params[i]) + 1 : 0;
+	/* the request, its parameter array and the parameter texts in one block */
+	r = malloc(sizeof(*r) + (size_t)nparams * sizeof(char *) + len);
+	if (!r)
+		abort();
+	pv = (char **)(r + 1);
+	p = (char *)(pv + nparams);
+	for (int i = 0; i < nparams; i++) {
+		size_t l;
+
+		if (!params[i]) {
+			pv[i] = NULL;
+			continue;
+		}
+		l = strlen(params[i]) + 1;
+		memcpy(p, params[i], l);
+		pv[i] = p;
+		p += l;
+	}
+	r->sql = sql;
+	r->nparams = nparams;
+	r->params = pv;
+	r->cb = cb;
+	r->arg = arg;
+	if (pool->up == 0) {
+		/* fail soon, but never from inside this call */
+		if (event_base_once(pool->base, -1, EV_TIMEOUT, unavailable_cb, r, NULL) != 0)
+			abort();
+		return;
+	}
+	TAILQ_INSERT_TAIL(&pool->queue, r, link);
+	pool->waiting++;
+	pool_dispatch(pool);
+}
+
+bool db_pool_ready(const struct db_pool *pool)
+{
+	return pool->up > 0;
+}
+
+int db_pool_busy(const struct db_pool *pool)
+{
+	return pool->busy;
+}
+
+int db_pool_waiting(const struct db_pool *pool)
+{
+	return pool->waiting;
+}
+
+int db_pool_size(const struct db_pool *pool)
+{
+	return pool->size;
+}
+
+bool db_retryable(const struct db_error *err)
+{
+	return err->status == DB_SQL_ERROR &&
+	       (strcmp(err->sqlstate, "40001") == 0 || strcmp(err->sqlstate, "40P01") == 0);
+}
+
+struct db_listen *db_listen_new(struct event_base *base, const char *conninfo,
+				const char *channel, db_listen_cb on_notify,
+				db_listen_cb on_connect, void *arg)
+{
+	struct db_listen *l = calloc(1, sizeof(*l));
+	char *ident;
+
+	if (!l)
+		return NULL;
+	l->base = base;
+	l->conninfo = strdup(conninfo);
+	/* channel is the program's constant, but quote it anyway */
+	ident = malloc(strlen(channel) * 2 + 16);
+	if (!l->conninfo || !ident) {
+		free(ident);
+		db_listen_free(l);
+		return NULL;
+	}
+	char *q = ident;
+	q += sprintf(q, "LISTEN \"");
+	for (const char *s = channel; *s; s++) {
+		if (*s == '"')
+			*q++ = '"';
+		*q++ = *s;
+	}
+	strcpy(q, "\"");
+	l->listen_sql = ident;
+	l->on_notify = on_notify;
+	l->on_connect = on_connect;
+	l->arg = arg;
+	l->conn.listen = l;
+	conn_init(&l->conn, base);
+	conn_start(&l->conn);
+	return l;
+}
+
+void db_listen_free(struct db_listen *l)
+{
+	if (!l)
+		return;
+	conn_fini(&l->conn);
+	free(l->conninfo);
+	free(l->listen_sql);
+	free(l);
+}

@@ -1,0 +1,90 @@
+/*
+ * db: a small pool of non-blocking libpq connections driven by libevent, and
+ * a LISTEN connection.
+ *
+ * Every query is one statement sent with PQsendQueryParams on an idle
+ * connection; in autocommit that statement is its own transaction, so a
+ * transaction costs one round trip (services write multi-step work as one
+ * statement with CTEs or one call of a PL/pgSQL function). Queries that find
+ * no idle connection wait in a FIFO. When no connection is up, a query fails
+ * at once with DB_UNAVAILABLE instead of waiting: a caller answering HTTP
+ * turns that into 503 with Retry-After.
+ *
+ * Connections that break are reopened in the background with backoff; the
+ * query that was running on one fails with DB_UNAVAILABLE (its outcome is
+ * unknown: it may have committed).
+ */
+#ifndef PGSAGA_DB_H
+#define PGSAGA_DB_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+
+struct event_base;
+struct db_pool;
+struct db_listen;
+
+enum db_status {
+	DB_OK = 0,          /* res is a PGRES_TUPLES_OK or PGRES_COMMAND_OK result */
+	DB_UNAVAILABLE,     /* no connection, or it broke: retry later */
+	DB_SQL_ERROR,       /* the server refused the statement: see sqlstate */
+};
+
+struct db_error {
+	enum db_status status;
+	char sqlstate[6];   /* "" unless DB_SQL_ERROR */
+	const char *message; /* valid during the callback only */
+};
+
+/*
+ * res is borrowed: valid during the callback only, NULL unless DB_OK.
+ * The callback may issue new queries and may free the object arg points to.
+ */
+typedef void (*db_cb)(void *arg, PGresult *res, const struct db_error *err);
+
+/*
+ * conninfo: a libpq connection string or URI. schema: set as search_path on
+ * every connection, together with pgsaga.local_wake=on (see the outbox
+ * trigger). size: number of connections.
+ */
+struct db_pool *db_pool_new(struct event_base *base, const char *conninfo, const char *schema,
+			    int size);
+void db_pool_free(struct db_pool *pool);
+
+/*
+ * Queues one statement. sql is borrowed and must outlive the query (services
+ * pass string literals); params are copied, so they may live on the caller's
+ * stack. Exactly one callback follows, never from inside this call.
+ */
+void db_query(struct db_pool *pool, const char *sql, int nparams, const char *const *params,
+	      db_cb cb, void *arg);
+
+/* True while at least one connection is up. */
+bool db_pool_ready(const struct db_pool *pool);
+
+/* Queries queued or running, for graceful shutdown and metrics. */
+int db_pool_busy(const struct db_pool *pool);
+int db_pool_waiting(const struct db_pool *pool);
+int db_pool_size(const struct db_pool *pool);
+
+/* Helpers for reading results. */
+static inline const char *db_val(const PGresult *res, int row, int col)
+{
+	return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
+}
+
+/* True for SQLSTATEs worth retrying at once: serialization failure, deadlock. */
+bool db_retryable(const struct db_error *err);
+
+/*
+ * LISTEN on channel over a dedicated connection. on_notify runs for every
+ * notification (payload ignored); on_connect runs after every (re)connect,
+ * once LISTEN is in place, so the owner can sweep for anything it missed.
+ */
+typedef void (*db_listen_cb)(void *arg);
+struct db_listen *db_listen_new(struct event_base *base, const char *conninfo,
+				const char *channel, db_listen_cb on_notify,
+				db_listen_cb on_connect, void *arg);
+void db_listen_free(struct db_listen *l);
+
+#endif

@@ -1,0 +1,388 @@
+/* httpc: see httpc.h. */
+#include "httpc.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/queue.h>
+#include <time.h>
+
+#include "breaker.h"
+#include "metrics.h"
+
+struct call {
+	TAILQ_ENTRY(call) link;
+	char *path;
+	char *body;
+	size_t len;
+	char **headers; /* name, value, ..., NULL; one allocation with the call */
+	httpc_cb cb;
+	void *arg;
+};
+TAILQ_HEAD(call_queue, call);
+
+struct slot {
+	struct evhttp_connection *evcon; /* created on first use, kept alive */
+	struct inst *inst;
+	struct call *call;               /* NULL when free */
+	const char *error;               /* from the error callback */
+};
+
+struct inst {
+	char *url;
+	char host[256];
+	int port;
+	struct breaker br;
+	struct slot *slots;
+	struct httpc_peer *peer;
+	struct metric_series *up;
+};
+
+struct httpc_peer {
+	struct event_base *base;
+	const char *name;
+	struct httpc_opts opts;
+	struct inst *insts;
+	int ninsts;
+	int next; /* round robin start */
+	int pending;
+	struct call_queue queue;
+	struct event *pump;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void schedule_pump(struct httpc_peer *p)
+{
+	event_active(p->pump, EV_TIMEOUT, 0);
+}
+
+static void call_done(struct httpc_peer *p, struct call *c, const struct httpc_result *r)
+{
+	p->pending--;
+	c->cb(c->arg, r);
+	free(c);
+}
+
+static int64_t parse_retry_after(struct evhttp_request *req)
+{
+	const char *v = evhttp_find_header(evhttp_request_get_input_headers(req), "Retry-After");
+	char *end;
+	long long s;
+
+	if (!v)
+		return -1;
+	s = strtoll(v, &end, 10);
+	if (end == v || *end != '\0' || s < 0 || s > 86400)
+		return -1; /* HTTP dates are not worth supporting between our services */
+	return s * 1000;
+}
+
+static void request_error_cb(enum evhttp_request_error e, void *arg)
+{
+	struct slot *s = arg;
+
+	switch (e) {
+	case EVREQ_HTTP_TIMEOUT:
+		s->error = "timeout";
+		break;
+	case EVREQ_HTTP_EOF:
+		s->error = "connection closed before the answer";
+		break;
+	case EVREQ_HTTP_INVALID_HEADER:
+		s->error = "invalid response";
+		break;
+	case EVREQ_HTTP_BUFFER_ERROR:
+		s->error = "connection error";
+		break;
+	case EVREQ_HTTP_DATA_TOO_LONG:
+		s->error = "response too long";
+		break;
+	default:
+		s->error = "request cancelled";
+		break;
+	}
+}
+
+static void request_done_cb(struct evhttp_request *req, void *arg)
+{
+	struct slot *s = arg;
+	struct inst *in = s->inst;
+	struct httpc_peer *p = in->peer;
+	struct call *c = s->call;
+	struct httpc_result r = { .retry_after_ms = -1, .instance = in->url };
+
+	s->call = NULL;
+	r.status = req ? evhttp_request_get_response_code(req) : 0;
+	if (r.status == 0) {
+		r.error = s->error ? s->error : "connection failed";
+	} else {
+		r.retry_after_ms = parse_retry_after(req);
+	}
+	s->error = NULL;
+	/* only the peer's own trouble counts against its circuit */
+	breaker_report(&in->br, r.status != 0 && r.status < 500 && r.status != 408 &&
+					r.status != 429,
+		       now_ms());
+	metric_set(in->up, in->br.state == BREAKER_CLOSED ? 0 : in->br.state == BREAKER_OPEN ? 1 : 2);
+	call_done(p, c, &r);
+	schedule_pump(p);
+}
+
+static bool send_call(struct slot *s, struct call *c)
+{
+	struct inst *in = s->inst;
+	struct httpc_peer *p = in->peer;
+	struct evhttp_request *req;
+	struct evkeyvalq *h;
+	char hostport[300];
+
+	if (!s->evcon) {
+		s->evcon = evhttp_connection_base_new(p->base, NULL, in->host, (ev_uint16_t)in->port);
+		if (!s->evcon)
+			return false;
+		struct timeval tv = { p->opts.timeout_ms / 1000, (p->opts.timeout_ms % 1000) * 1000 };
+		evhttp_connection_set_timeout_tv(s->evcon, &tv);
+		evhttp_connection_set_retries(s->evcon, 0);
+	}
+	req = evhttp_request_new(request_done_cb, s);
+	if (!req)
+		return false;
+	evhttp_request_set_error_cb(req, request_error_cb);
+	h = evhttp_request_get_output_headers(req);
+	snprintf(hostport, sizeof(hostport), "%s:%d", in->host, in->port);
+	evhttp_add_header(h, "Host", hostport);
+	evhttp_add_header(h, "Content-Type", "application/json");
+	for (char **kv = c->headers; kv && kv[0]; kv += 2)
+		evhttp_add_header(h, kv[0], kv[1]);
+	evbuffer_add(evhttp_request_get_output_buffer(req), c->body, c->len);
+	s->call = c;
+	s->error = NULL;
+	if (evhttp_make_request(s->evcon, req, EVHTTP_REQ_POST, c->path) != 0) {
+		/* evhttp freed req; the connection may be broken: start afresh */
+		s->call = NULL;
+		evhttp_connection_free(s->evcon);
+		s->evcon = NULL;
+		return false;
+	}
+	return true;
+}
+
+static struct slot *free_slot(struct inst *in, int max)
+{
+	for (int i = 0; i < max; i++)
+		if (!in->slots[i].call)
+			return &in->slots[i];
+	return NULL;
+}
+
+/* Sends queued calls while some instance has room and a closed circuit. */
+static void pump_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct httpc_peer *p = arg;
+	struct call *c;
+
+	while ((c = TAILQ_FIRST(&p->queue)) != NULL) {
+		int64_t now = now_ms(), soonest = INT64_MAX;
+		bool busy = false, sent = false;
+
+		for (int k = 0; k < p->ninsts && !sent; k++) {
+			struct inst *in = &p->insts[(p->next + k) % p->ninsts];
+			struct slot *s = free_slot(in, p->opts.max_in_flight);
+			int64_t at = breaker_retry_at(&in->br, now);
+
+			if (at > now) {
+				soonest = at < soonest ? at : soonest;
+				continue;
+			}
+			if (!s || !breaker_allow(&in->br, now)) {
+				busy = true; /* full, or its half-open probe is out */
+				continue;
+			}
+			TAILQ_REMOVE(&p->queue, c, link);
+			if (!send_call(s, c)) {
+				struct httpc_result r = { .status = 0, .error = "cannot send",
+							  .retry_after_ms = -1, .instance = in->url };
+
+				breaker_report(&in->br, false, now);
+				call_done(p, c, &r);
+			}
+			p->next = (p->next + k + 1) % p->ninsts;
+			sent = true;
+		}
+		if (sent)
+			continue;
+		if (busy)
+			return; /* a completion will pump again */
+		/* every instance's circuit is open */
+		TAILQ_REMOVE(&p->queue, c, link);
+		struct httpc_result r = { .status = 0, .error = "circuit open",
+					  .retry_after_ms = -1, .not_before_ms = soonest - now,
+					  .instance = p->insts[0].url };
+		call_done(p, c, &r);
+	}
+}
+
+static int parse_url(struct inst *in, const char *url, char *err, size_t errlen)
+{
+	struct evhttp_uri *u = evhttp_uri_parse(url);
+	const char *host;
+	int port;
+
+	if (!u || !evhttp_uri_get_scheme(u) || strcmp(evhttp_uri_get_scheme(u), "http") != 0 ||
+	    !(host = evhttp_uri_get_host(u)) || strlen(host) >= sizeof(in->host)) {
+		snprintf(err, errlen, "not an http:// URL: '%s'", url);
+		if (u)
+			evhttp_uri_free(u);
+		return -1;
+	}
+	port = evhttp_uri_get_port(u);
+	snprintf(in->host, sizeof(in->host), "%s", host);
+	in->port = port > 0 ? port : 80;
+	evhttp_uri_free(u);
+	return 0;
+}
+
+struct httpc_peer *httpc_peer_new(struct event_base *base, const char *name, const char *urls,
+				  const struct httpc_opts *opts, char *err, size_t errlen)
+{
+	struct httpc_peer *p = calloc(1, sizeof(*p));
+	char *copy = strdup(urls), *tok, *save = NULL;
+	struct metric_family *fam = metrics_family(
+		"saga_peer_circuit_state", "Circuit breaker per peer instance: 0 closed, 1 open, 2 half-open",
+		METRIC_GAUGE);
+	int n = 1;
+
+	if (!p || !copy)
+		goto oom;
+	for (const char *s = urls; *s; s++)
+		n += *s == ',';
+	p->insts = calloc((size_t)n, sizeof(*p->insts));
+	if (!p->insts)
+		goto oom;
+	p->base = base;
+	p->name = name;
+	p->opts = *opts;
+	if (p->opts.max_in_flight < 1)
+		p->opts.max_in_flight = 1;
+	TAILQ_INIT(&p->queue);
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		struct inst *in = &p->insts[p->ninsts];
+		char labels[400];
+
+		while (*tok == ' ')
+			tok++;
+		if (!*tok)
+			continue;
+		if (parse_url(in, tok, err, errlen) != 0)
+			goto fail;
+		in->url = strdup(tok);
+		in->slots = calloc((size_t)p->opts.max_in_flight, sizeof(*in->slots));
+		if (!in->url || !in->slots)
+			goto oom;
+		for (int i = 0; i < p->opts.max_in_flight; i++)
+			in->slots[i].inst = in;
+		in->peer = p;
+		breaker_init(&in->br, opts->breaker_failures, opts->breaker_open_ms);
+		snprintf(labels, sizeof(labels), "peer=\"%s\",instance=\"%s\"", name, in->url);
+		in->up = metrics_series(fam, labels);
+		p->ninsts++;
+	}
+	if (p->ninsts == 0) {
+		snprintf(err, errlen, "%s: no URL given", name);
+		goto fail;
+	}
+	p->pump = event_new(base, -1, 0, pump_cb, p);
+	if (!p->pump)
+		goto oom;
+	free(copy);
+	return p;
+oom:
+	snprintf(err, errlen, "out of memory");
+fail:
+	free(copy);
+	httpc_peer_free(p);
+	return NULL;
+}
+
+void httpc_peer_free(struct httpc_peer *p)
+{
+	struct call *c;
+
+	if (!p)
+		return;
+	for (int i = 0; p->insts && i < p->ninsts; i++) {
+		struct inst *in = &p->insts[i];
+
+		for (int j = 0; in->slots && j < p->opts.max_in_flight; j++) {
+			if (in->slots[j].evcon)
+				evhttp_connection_free(in->slots[j].evcon);
+			free(in->slots[j].call);
+		}
+		free(in->slots);
+		free(in->url);
+	}
+	while ((c = TAILQ_FIRST(&p->queue)) != NULL) {
+		TAILQ_REMOVE(&p->queue, c, link);
+		free(c);
+	}
+	if (p->pump)
+		event_free(p->pump);
+	free(p->insts);
+	free(p);
+}
+
+void httpc_post(struct httpc_peer *p, const char *path, const char *body, size_t len,
+		const char *const *headers, httpc_cb cb, void *arg)
+{
+	size_t nh = 0, extra = strlen(path) + 1 + len + 1;
+	struct call *c;
+	char *q;
+
+	for (; headers && headers[nh]; nh++)
+		extra += strlen(headers[nh]) + 1;
+	/* the call, its header array and every string in one allocation */
+	c = malloc(sizeof(*c) + (nh + 1) * sizeof(char *) + extra);
+	if (!c)
+		abort();
+	c->headers = (char **)(c + 1);
+	q = (char *)(c->headers + nh + 1);
+	for (size_t i = 0; i < nh; i++) {
+		size_t l = strlen(headers[i]) + 1;
+
+		c->headers[i] = memcpy(q, headers[i], l);
+		q += l;
+	}
+	c->headers[nh] = NULL;
+	c->path = memcpy(q, path, strlen(path) + 1);
+	q += strlen(path) + 1;
+	c->body = memcpy(q, body, len);
+	c->body[len] = '\0';
+	c->len = len;
+	c->cb = cb;
+	c->arg = arg;
+	TAILQ_INSERT_TAIL(&p->queue, c, link);
+	p->pending++;
+	schedule_pump(p);
+}
+
+int httpc_pending(const struct httpc_peer *p)
+{
+	return p->pending;
+}
+
+const char *httpc_name(const struct httpc_peer *p)
+{
+	return p->name;
+}

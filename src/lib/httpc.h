@@ -1,0 +1,56 @@
+/*
+ * httpc: HTTP client to a peer service (one or more instances), on evhttp.
+ *
+ * Each instance keeps up to max_in_flight keep-alive connections, each
+ * carrying one request at a time; requests beyond that wait in a FIFO.
+ * Instances are tried in turn; one whose circuit breaker is open is skipped.
+ * There is no retry inside a request: the caller (the outbox) owns retrying.
+ */
+#ifndef PGSAGA_HTTPC_H
+#define PGSAGA_HTTPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct httpc_peer;
+
+struct httpc_opts {
+	int max_in_flight;    /* per instance */
+	int timeout_ms;       /* one attempt */
+	int breaker_failures; /* consecutive failures that open the circuit */
+	int breaker_open_ms;
+};
+
+struct httpc_result {
+	int status;             /* HTTP status; 0 when no answer came */
+	const char *error;      /* why, when status is 0 (or "circuit open") */
+	int64_t retry_after_ms; /* from a Retry-After header, else -1 */
+	int64_t not_before_ms;  /* circuit open: earliest retry, relative; else 0 */
+	const char *instance;   /* the base URL that was used (borrowed) */
+};
+
+/* r and its strings are valid during the callback only. */
+typedef void (*httpc_cb)(void *arg, const struct httpc_result *r);
+
+/*
+ * name: the peer's name for logs and metrics (borrowed). urls: comma-separated
+ * base URLs "http://host:port" (copied). Returns NULL with a reason in err.
+ */
+struct httpc_peer *httpc_peer_new(struct event_base *base, const char *name, const char *urls,
+				  const struct httpc_opts *opts, char *err, size_t errlen);
+void httpc_peer_free(struct httpc_peer *p);
+
+/*
+ * POSTs body (copied) as application/json to path on one instance, with the
+ * extra headers given as a NULL-terminated list of name, value pairs.
+ * Exactly one callback follows, never from inside this call.
+ */
+void httpc_post(struct httpc_peer *p, const char *path, const char *body, size_t len,
+		const char *const *headers, httpc_cb cb, void *arg);
+
+/* Requests sent or queued and not yet called back. */
+int httpc_pending(const struct httpc_peer *p);
+const char *httpc_name(const struct httpc_peer *p);
+
+#endif

@@ -1,0 +1,285 @@
+/* httpd: see httpd.h. */
+#include "httpd.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "jsonx.h"
+#include "log.h"
+#include "metrics.h"
+
+struct httpd {
+	struct evhttp *http;
+	struct evhttp_bound_socket *sock;
+	const struct httpd_route *routes;
+	size_t nroutes;
+	const char *token;
+	void *svc;
+	int port;
+};
+
+/*
+ * Requests in flight are counted process-wide: a reply does not know its
+ * server, and a process runs one server.
+ */
+static int in_flight;
+static struct metric_family *requests_total;
+
+/* Which route a pending request belongs to, for the metric on reply. */
+static const char *route_label(struct evhttp_request *req)
+{
+	const char *l = evhttp_find_header(evhttp_request_get_output_headers(req), "X-Route");
+
+	return l ? l : "other";
+}
+
+static void count_reply(struct evhttp_request *req, int status)
+{
+	char labels[160];
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+
+	snprintf(labels, sizeof(labels), "route=\"%s\",status=\"%d\"", route_label(req), status);
+	metrics_inc(requests_total, labels, 1);
+	evhttp_remove_header(out, "X-Route");
+}
+
+void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *body)
+{
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+
+	count_reply(req, status);
+	if (!evhttp_find_header(out, "Content-Type"))
+		evhttp_add_header(out, "Content-Type", "application/json");
+	evhttp_send_reply(req, status, NULL, body);
+	in_flight--;
+}
+
+void httpd_reply(struct evhttp_request *req, int status, const char *json)
+{
+	struct evbuffer *b = evbuffer_new();
+
+	if (!b)
+		abort();
+	evbuffer_add(b, json, strlen(json));
+	httpd_reply_buf(req, status, b);
+	evbuffer_free(b);
+}
+
+void httpd_error(struct evhttp_request *req, int status, const char *code, const char *fmt, ...)
+{
+	struct evbuffer *b = evbuffer_new();
+	char msg[512];
+	va_list ap;
+
+	if (!b)
+		abort();
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	evbuffer_add_printf(b, "{\"error\":{\"code\":\"%s\",\"message\":", code);
+	jsonx_buf_str(b, msg);
+	evbuffer_add(b, "}}", 2);
+	httpd_reply_buf(req, status, b);
+	evbuffer_free(b);
+}
+
+void httpd_drop(struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+
+	in_flight--;
+	count_reply(req, 0);
+	if (evcon)
+		evhttp_connection_free(evcon); /* frees req with it */
+	else
+		evhttp_request_free(req); /* the client left already */
+}
+
+void httpd_unavailable(struct evhttp_request *req)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", "1");
+	httpd_error(req, 503, "database_unavailable", "the database is unavailable, retry later");
+}
+
+const char *httpd_body(struct evhttp_request *req, size_t *len)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	size_t n = evbuffer_get_length(in);
+	char *p;
+
+	/* a NUL after the body, so parsers may treat it as a string */
+	evbuffer_add(in, "", 1);
+	p = (char *)evbuffer_pullup(in, -1);
+	*len = n;
+	return p;
+}
+
+const char *httpd_header(struct evhttp_request *req, const char *name)
+{
+	return evhttp_find_header(evhttp_request_get_input_headers(req), name);
+}
+
+/* Compares in time independent of where the first difference is. */
+static bool token_ok(const char *got, const char *want)
+{
+	size_t gl = strlen(got), wl = strlen(want);
+	unsigned char diff = gl != wl;
+
+	for (size_t i = 0; i < wl; i++)
+		diff |= (unsigned char)(want[i] ^ (i < gl ? got[i] : 0));
+	return diff == 0;
+}
+
+static bool authorized(struct evhttp_request *req, const char *token)
+{
+	const char *auth = httpd_header(req, "Authorization");
+
+	if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
+		return false;
+	return token_ok(auth + 7, token);
+}
+
+static const char *method_name(enum evhttp_cmd_type t)
+{
+	switch (t) {
+	case EVHTTP_REQ_GET:
+		return "GET";
+	case EVHTTP_REQ_POST:
+		return "POST";
+	case EVHTTP_REQ_HEAD:
+		return "HEAD";
+	default:
+		return "OTHER";
+	}
+}
+
+static bool path_matches(const struct httpd_route *r, const char *path, const char **tail)
+{
+	size_t n = strlen(r->path);
+
+	if (n > 0 && r->path[n - 1] == '/') {
+		if (strncmp(path, r->path, n) != 0)
+			return false;
+		*tail = path + n;
+		return true;
+	}
+	*tail = "";
+	return strcmp(path, r->path) == 0;
+}
+
+static void dispatch(struct evhttp_request *req, void *arg)
+{
+	struct httpd *h = arg;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+	const char *method = method_name(evhttp_request_get_command(req));
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	bool path_known = false;
+	const char *tail;
+
+	in_flight++;
+	if (!path || !*path)
+		path = "/";
+	for (size_t i = 0; i < h->nroutes; i++) {
+		const struct httpd_route *r = &h->routes[i];
+
+		if (!path_matches(r, path, &tail))
+			continue;
+		path_known = true;
+		if (strcmp(r->method, method) != 0)
+			continue;
+		evhttp_add_header(out, "X-Route", r->name);
+		if (r->internal && !authorized(req, h->token)) {
+			httpd_error(req, 401, "unauthorized", "missing or wrong bearer token");
+			return;
+		}
+		r->fn(req, h->svc, tail);
+		return;
+	}
+	if (path_known) {
+		httpd_error(req, 405, "method_not_allowed", "method %s not allowed here", method);
+		return;
+	}
+	httpd_error(req, 404, "not_found", "no such endpoint");
+}
+
+struct httpd *httpd_new(struct event_base *base, const char *host, int port,
+			const struct httpd_route *routes, size_t nroutes, const char *token,
+			void *svc, char *err, size_t errlen)
+{
+	struct httpd *h = calloc(1, sizeof(*h));
+	evutil_socket_t fd;
+	struct sockaddr_storage ss;
+	ev_socklen_t sl = sizeof(ss);
+
+	if (!h || !(h->http = evhttp_new(base))) {
+		snprintf(err, errlen, "out of memory");
+		free(h);
+		return NULL;
+	}
+	requests_total = metrics_family("saga_http_requests_total",
+					"HTTP requests answered, by route and status",
+					METRIC_COUNTER);
+	h->routes = routes;
+	h->nroutes = nroutes;
+	h->token = token;
+	h->svc = svc;
+	/* Bodies over the limit are refused from their Content-Length (bare 413). */
+	evhttp_set_max_body_size(h->http, HTTPD_MAX_BODY);
+	evhttp_set_max_headers_size(h->http, 16 * 1024);
+	evhttp_set_timeout(h->http, 60);
+	evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+						    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+						    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+	evhttp_set_gencb(h->http, dispatch, h);
+	h->sock = evhttp_bind_socket_with_handle(h->http, host, (ev_uint16_t)port);
+	if (!h->sock) {
+		snprintf(err, errlen, "cannot listen on %s:%d", host, port);
+		evhttp_free(h->http);
+		free(h);
+		return NULL;
+	}
+	fd = evhttp_bound_socket_get_fd(h->sock);
+	h->port = port;
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET)
+			h->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		else if (ss.ss_family == AF_INET6)
+			h->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	}
+	return h;
+}
+
+void httpd_stop_accepting(struct httpd *h)
+{
+	if (h->sock) {
+		evhttp_del_accept_socket(h->http, h->sock);
+		h->sock = NULL;
+	}
+}
+
+void httpd_free(struct httpd *h)
+{
+	if (!h)
+		return;
+	evhttp_free(h->http);
+	free(h);
+}
+
+int httpd_in_flight(const struct httpd *h)
+{
+	return in_flight;
+}
+
+int httpd_port(const struct httpd *h)
+{
+	return h->port;
+}

@@ -1,0 +1,79 @@
+/*
+ * httpd: the HTTP server side on evhttp: a route table, the JSON error
+ * envelope, the 64 KiB body limit and the bearer-token check.
+ *
+ * Every request that reaches a handler must be answered exactly once with
+ * httpd_reply/httpd_error, also when the answer comes later from a database
+ * callback and the client has gone meanwhile (evhttp detaches such a request
+ * from its connection and frees it when it is answered).
+ */
+#ifndef PGSAGA_HTTPD_H
+#define PGSAGA_HTTPD_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct event_base;
+struct evhttp_request;
+struct evbuffer;
+
+#define HTTPD_MAX_BODY (64 * 1024)
+
+/*
+ * tail: the rest of the path after a prefix route ("" for exact routes),
+ * NUL-terminated, borrowed for the call.
+ */
+typedef void (*httpd_fn)(struct evhttp_request *req, void *svc, const char *tail);
+
+struct httpd_route {
+	const char *method; /* "GET", "POST" */
+	const char *path;   /* exact path, or a prefix when it ends with '/' */
+	bool internal;      /* needs Authorization: Bearer $INTERNAL_TOKEN */
+	httpd_fn fn;
+	const char *name;   /* route label in metrics, e.g. "/orders/{id}" */
+};
+
+struct httpd;
+
+/*
+ * Binds host:port and serves routes (borrowed for the server's life).
+ * token is the INTERNAL_TOKEN (borrowed). Returns NULL with a reason in err.
+ */
+struct httpd *httpd_new(struct event_base *base, const char *host, int port,
+			const struct httpd_route *routes, size_t nroutes, const char *token,
+			void *svc, char *err, size_t errlen);
+/* Stops accepting new connections; requests in flight still get answers. */
+void httpd_stop_accepting(struct httpd *h);
+void httpd_free(struct httpd *h);
+/* Requests handed to a handler and not answered yet. */
+int httpd_in_flight(const struct httpd *h);
+/* The port actually bound (useful with port 0). */
+int httpd_port(const struct httpd *h);
+
+/* Answers with a JSON body (copied) and the given status. */
+void httpd_reply(struct evhttp_request *req, int status, const char *json);
+/* Same, draining body (an evbuffer the caller keeps and frees). */
+void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *body);
+/* Answers {"error":{"code":code,"message":...}}. */
+void httpd_error(struct evhttp_request *req, int status, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/*
+ * Closes the request's connection without answering (fault injection:
+ * "the response was lost"). Counts as the request's one answer.
+ */
+void httpd_drop(struct evhttp_request *req);
+
+/* 503 database_unavailable with Retry-After. */
+void httpd_unavailable(struct evhttp_request *req);
+
+/*
+ * The request body as one contiguous NUL-terminated buffer (borrowed from
+ * the request). len excludes the NUL.
+ */
+const char *httpd_body(struct evhttp_request *req, size_t *len);
+
+/* A request header, or NULL. */
+const char *httpd_header(struct evhttp_request *req, const char *name);
+
+#endif

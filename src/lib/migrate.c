@@ -1,0 +1,356 @@
+/*
+ * migrate: apply a schema's embedded migrations at start.
+ *
+ * Every step runs in a transaction that first takes the same transaction-level
+ * advisory lock, keyed on the schema, so instances starting together take
+ * turns: the second one waits, then finds the versions recorded and skips
+ * them. Holding the lock only per transaction means a crashed instance
+ * releases it with its connection.
+ */
+#include "migrate.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <libpq-fe.h>
+
+#include "log.h"
+
+/* The key is text so that each schema gets its own lock from hashtext(). */
+#define LOCK_SQL "SELECT pg_advisory_xact_lock(hashtext('pgsaga.migrate.' || $1::text))"
+
+/* SQLSTATE invalid_schema_name: the usual first-run mistake, worth a hint. */
+#define SQLSTATE_INVALID_SCHEMA "3F000"
+
+struct mig {
+	PGconn *conn;
+	const char *schema;
+	char *ident; /* schema quoted as an identifier, from PQescapeIdentifier */
+	char *err;
+	size_t errlen;
+};
+
+__attribute__((format(printf, 2, 3))) static void set_err(struct mig *mg, const char *fmt, ...)
+{
+	va_list ap;
+	char *w;
+	int space = 0;
+
+	if (mg->err == NULL || mg->errlen == 0)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(mg->err, mg->errlen, fmt, ap);
+	va_end(ap);
+
+	/*
+	 * libpq messages end in a newline, some span lines with tabs: squeeze
+	 * white space so the reason fits on the caller's one log line.
+	 */
+	w = mg->err;
+	for (const char *r = mg->err; *r != '\0'; r++) {
+		if (*r == ' ' || *r == '\n' || *r == '\r' || *r == '\t') {
+			space = w != mg->err;
+			continue;
+		}
+		if (space)
+			*w++ = ' ';
+		space = 0;
+		*w++ = *r;
+	}
+	*w = '\0';
+}
+
+/*
+ * Line of the 1-based character position pos in sql, which the server
+ * reports for the whole query string even when it holds many statements.
+ * Positions count characters: UTF-8 continuation bytes are skipped.
+ */
+static int line_of(const char *sql, long pos)
+{
+	int line = 1;
+
+	for (const unsigned char *p = (const unsigned char *)sql; *p != '\0' && pos > 1; p++) {
+		if ((*p & 0xC0) == 0x80)
+			continue;
+		if (*p == '\n')
+			line++;
+		pos--;
+	}
+	return line;
+}
+
+static const char *field(const PGresult *res, int code)
+{
+	const char *v = PQresultErrorField(res, code);
+
+	return v != NULL ? v : "";
+}
+
+/*
+ * Records why res (possibly NULL) failed, prefixed with what: the server's
+ * fields when it sent an error, else the connection's message. sql, when
+ * given, is the text the position refers to, to name the failing line.
+ */
+static void set_res_err(struct mig *mg, const char *what, const PGresult *res, const char *sql)
+{
+	const char *primary = res != NULL ? field(res, PG_DIAG_MESSAGE_PRIMARY) : "";
+	const char *pos = res != NULL ? field(res, PG_DIAG_STATEMENT_POSITION) : "";
+	const char *detail, *hint, *context, *state;
+	char line[32] = "";
+	int ctxlen;
+
+	if (primary[0] == '\0') {
+		const char *msg = PQerrorMessage(mg->conn);
+
+		set_err(mg, "%s: %s", what, msg[0] != '\0' ? msg : "unexpected result from server");
+		return;
+	}
+	detail = field(res, PG_DIAG_MESSAGE_DETAIL);
+	hint = field(res, PG_DIAG_MESSAGE_HINT);
+	context = field(res, PG_DIAG_CONTEXT);
+	state = field(res, PG_DIAG_SQLSTATE);
+	if (sql != NULL && pos[0] != '\0')
+		snprintf(line, sizeof(line), "line %d: ", line_of(sql, strtol(pos, NULL, 10)));
+	if (strcmp(state, SQLSTATE_INVALID_SCHEMA) == 0 && hint[0] == '\0')
+		hint = "has sql/bootstrap.sql been run in this database?";
+	/* The innermost context line says where inside a function body. */
+	ctxlen = (int)strcspn(context, "\n");
+
+	set_err(mg, "%s: %s%s (SQLSTATE %s)%s%s%s%s%s%.*s", what, line, primary, state,
+		detail[0] != '\0' ? "; detail: " : "", detail,
+		hint[0] != '\0' ? "; hint: " : "", hint,
+		ctxlen > 0 ? "; context: " : "", ctxlen, context);
+}
+
+/* Runs a statement without parameters; 0 if it returned expect. */
+static int exec_simple(struct mig *mg, const char *what, const char *sql, ExecStatusType expect)
+{
+	PGresult *res = PQexec(mg->conn, sql);
+	int ok = res != NULL && PQresultStatus(res) == expect;
+
+	if (!ok)
+		set_res_err(mg, what, res, NULL);
+	PQclear(res);
+	return ok ? 0 : -1;
+}
+
+/* Runs a statement with one text parameter; 0 if it returned expect. */
+static int exec_param(struct mig *mg, const char *what, const char *sql, const char *param,
+		      ExecStatusType expect, PGresult **out)
+{
+	const char *params[1] = { param };
+	PGresult *res = PQexecParams(mg->conn, sql, 1, NULL, params, NULL, NULL, 0);
+	int ok = res != NULL && PQresultStatus(res) == expect;
+
+	if (!ok)
+		set_res_err(mg, what, res, NULL);
+	if (ok && out != NULL)
+		*out = res;
+	else
+		PQclear(res);
+	return ok ? 0 : -1;
+}
+
+/*
+ * Ends a failed transaction. The error is already recorded; a failing
+ * ROLLBACK (connection gone) adds nothing useful, and PQfinish ends the
+ * transaction anyway.
+ */
+static void rollback(struct mig *mg)
+{
+	PQclear(PQexec(mg->conn, "ROLLBACK"));
+}
+
+/* BEGIN, then wait for our turn. */
+static int begin_locked(struct mig *mg, const char *what)
+{
+	if (exec_simple(mg, what, "BEGIN", PGRES_COMMAND_OK) < 0)
+		return -1;
+	if (exec_param(mg, what, LOCK_SQL, mg->schema, PGRES_TUPLES_OK, NULL) < 0) {
+		rollback(mg);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * Creates <schema>.schema_migrations under the lock: two concurrent CREATE
+ * TABLE IF NOT EXISTS can both decide to create it, and the second then fails
+ * on a unique index of the catalog.
+ */
+static int ensure_version_table(struct mig *mg)
+{
+	char what[128];
+	char sql[512];
+	PGresult *res = NULL;
+	int missing;
+
+	snprintf(what, sizeof(what), "%s.schema_migrations", mg->schema);
+	if (begin_locked(mg, what) < 0)
+		return -1;
+
+	/* Checked first so the COMMENT is written once, not on every start. */
+	if (exec_param(mg, what, "SELECT to_regclass(quote_ident($1) || '.schema_migrations') IS NULL",
+		       mg->schema, PGRES_TUPLES_OK, &res) < 0)
+		goto fail;
+	missing = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+
+	if (missing) {
+		snprintf(sql, sizeof(sql),
+			 "CREATE TABLE IF NOT EXISTS %s.schema_migrations ("
+			 "version text PRIMARY KEY, "
+			 "applied_at timestamptz NOT NULL DEFAULT now())",
+			 mg->ident);
+		if (exec_simple(mg, what, sql, PGRES_COMMAND_OK) < 0)
+			goto fail;
+		snprintf(sql, sizeof(sql),
+			 "COMMENT ON TABLE %s.schema_migrations IS "
+			 "'Migrations applied by the service at start: file name and when'",
+			 mg->ident);
+		if (exec_simple(mg, what, sql, PGRES_COMMAND_OK) < 0)
+			goto fail;
+	}
+	if (exec_simple(mg, what, "COMMIT", PGRES_COMMAND_OK) < 0)
+		goto fail;
+	return 0;
+
+fail:
+	rollback(mg);
+	return -1;
+}
+
+/*
+ * Applies one migration unless recorded. Returns 1 if applied, 0 if it already
+ * was, -1 on error (transaction rolled back).
+ */
+static int apply_one(struct mig *mg, const struct migration *m)
+{
+	char sql[512];
+	PGresult *res = NULL;
+	int applied;
+
+	if (begin_locked(mg, m->name) < 0)
+		return -1;
+
+	/*
+	 * SET LOCAL: the migration's unqualified names land in the schema, and the
+	 * setting ends with the transaction. Functions that need the schema
+	 * later pin it with SET search_path FROM CURRENT.
+	 */
+	snprintf(sql, sizeof(sql), "SET LOCAL search_path = %s", mg->ident);
+	if (exec_simple(mg, m->name, sql, PGRES_COMMAND_OK) < 0)
+		goto fail;
+
+	snprintf(sql, sizeof(sql), "SELECT 1 FROM %s.schema_migrations WHERE version = $1",
+		 mg->ident);
+	if (exec_param(mg, m->name, sql, m->name, PGRES_TUPLES_OK, &res) < 0)
+		goto fail;
+	applied = PQntuples(res) > 0;
+	PQclear(res);
+	if (applied)
+		return exec_simple(mg, m->name, "COMMIT", PGRES_COMMAND_OK) < 0 ? -1 : 0;
+
+	/*
+	 * Simple query protocol, so one file may hold many statements; PQexec
+	 * returns the first error if there is one. A file must not contain
+	 * BEGIN or COMMIT of its own.
+	 */
+	res = PQexec(mg->conn, m->sql);
+	if (res == NULL ||
+	    (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK &&
+	     PQresultStatus(res) != PGRES_EMPTY_QUERY)) {
+		set_res_err(mg, m->name, res, m->sql);
+		PQclear(res);
+		goto fail;
+	}
+	PQclear(res);
+
+	snprintf(sql, sizeof(sql), "INSERT INTO %s.schema_migrations (version) VALUES ($1)",
+		 mg->ident);
+	if (exec_param(mg, m->name, sql, m->name, PGRES_COMMAND_OK, NULL) < 0)
+		goto fail;
+	if (exec_simple(mg, m->name, "COMMIT", PGRES_COMMAND_OK) < 0)
+		goto fail;
+	return 1;
+
+fail:
+	rollback(mg);
+	return -1;
+}
+
+/*
+ * Server messages would otherwise go raw to stderr, between JSON log lines.
+ * NOTICEs ("relation already exists, skipping") are expected noise; anything
+ * above is worth a log line.
+ */
+static void on_notice(void *arg, const PGresult *res)
+{
+	const struct mig *mg = arg;
+	const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+	if (sev == NULL || strcmp(sev, "WARNING") != 0)
+		return;
+	log_warn("migrate %s: server warning: %s", mg->schema, msg != NULL ? msg : "");
+}
+
+int migrate_apply(const char *conninfo, const char *schema, const struct migration *m, size_t n,
+		  char *err, size_t errlen)
+{
+	struct mig mg = { .schema = schema, .err = err, .errlen = errlen };
+	int count = 0;
+
+	if (err != NULL && errlen > 0)
+		err[0] = '\0';
+	if (schema == NULL || schema[0] == '\0' || (m == NULL && n > 0)) {
+		set_err(&mg, "migrate: no schema or no migrations given");
+		return -1;
+	}
+
+	mg.conn = PQconnectdb(conninfo != NULL ? conninfo : "");
+	if (mg.conn == NULL) {
+		set_err(&mg, "connect: out of memory");
+		return -1;
+	}
+	if (PQstatus(mg.conn) != CONNECTION_OK) {
+		set_err(&mg, "connect: %s", PQerrorMessage(mg.conn));
+		PQfinish(mg.conn);
+		return -1;
+	}
+	PQsetNoticeReceiver(mg.conn, on_notice, &mg);
+
+	mg.ident = PQescapeIdentifier(mg.conn, schema, strlen(schema));
+	if (mg.ident == NULL) {
+		set_err(&mg, "schema %s: %s", schema, PQerrorMessage(mg.conn));
+		count = -1;
+		goto out;
+	}
+	if (strlen(mg.ident) > 200) {
+		/* Keeps the statements built with it within their buffers. */
+		set_err(&mg, "schema %s: name too long", schema);
+		count = -1;
+		goto out;
+	}
+
+	if (ensure_version_table(&mg) < 0) {
+		count = -1;
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		int r = apply_one(&mg, &m[i]);
+
+		if (r < 0) {
+			count = -1;
+			goto out;
+		}
+		count += r;
+	}
+
+out:
+	PQfreemem(mg.ident);
+	PQfinish(mg.conn);
+	return count;
+}

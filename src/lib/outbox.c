@@ -1,0 +1,423 @@
+/* outbox: see outbox.h. */
+#include "outbox.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backoff.h"
+#include "db.h"
+#include "httpc.h"
+#include "log.h"
+#include "metrics.h"
+#include "uuid.h"
+
+#define ACK_MAX 256 /* ids per "processed" statement */
+
+static const char claim_sql[] =
+	"UPDATE outbox_messages o"
+	"   SET next_attempt_at = now() + $2::int * interval '1 millisecond'"
+	"  FROM (SELECT message_id FROM outbox_messages"
+	"         WHERE processed_at IS NULL AND dead_at IS NULL AND next_attempt_at <= now()"
+	"         ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due"
+	" WHERE o.message_id = due.message_id"
+	" RETURNING o.message_id, o.kind, o.destination, o.type, o.payload::text,"
+	"           o.attempt_count, o.trace_id";
+
+static const char ack_sql[] =
+	"UPDATE outbox_messages SET processed_at = now(), last_error = NULL"
+	" WHERE message_id = ANY($1::uuid[])";
+
+/* $2 attempts to add, $3 delay, $4 dead, $5 error */
+static const char fail_sql[] =
+	"UPDATE outbox_messages"
+	"   SET attempt_count = attempt_count + $2::int,"
+	"       next_attempt_at = now() + $3::bigint * interval '1 millisecond',"
+	"       dead_at = CASE WHEN $4::bool THEN now() END, last_error = $5"
+	" WHERE message_id = $1";
+
+static const char purge_sql[] = "SELECT purge_processed($1::int * interval '1 second', 500)";
+
+struct delivery {
+	struct outbox *ob;
+	char id[UUID_STR_LEN];
+	char type[64];
+	int attempts; /* before this one */
+	struct timespec start;
+	struct metric_series *latency;
+	const char *peer;
+};
+
+struct outbox {
+	struct event_base *base;
+	struct db_pool *pool;
+	struct db_listen *listen;
+	struct outbox_opts o;
+	struct outbox_peer *peers;
+	int npeers;
+	bool claiming, again, stopping;
+	int in_flight;     /* deliveries sent, not yet marked */
+	int marking;       /* fail/ack statements out */
+	struct event *timer;
+	struct event *purge_timer;
+	char (*acks)[UUID_STR_LEN]; /* delivered, not yet marked processed */
+	int nacks, acks_cap;
+	bool acking;
+	struct event *ack_ev;       /* fires once per loop turn with acks */
+	struct metric_family *attempts_total, *latency;
+};
+
+static void claim(struct outbox *ob);
+
+static void wake_in(struct outbox *ob, int64_t ms)
+{
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+	struct timeval left;
+
+	/* keep the earlier of the pending wake-up and this one */
+	if (evtimer_pending(ob->timer, &left)) {
+		struct timeval now, want;
+
+		event_base_gettimeofday_cached(ob->base, &now);
+		evutil_timeradd(&now, &tv, &want);
+		if (evutil_timercmp(&left, &want, <=))
+			return;
+	}
+	evtimer_add(ob->timer, &tv);
+}
+
+void outbox_kick(struct outbox *ob)
+{
+	if (ob->stopping)
+		return;
+	if (ob->claiming) {
+		ob->again = true;
+		return;
+	}
+	claim(ob);
+}
+
+static void kick_cb(void *arg)
+{
+	outbox_kick(arg);
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct outbox *ob = arg;
+
+	wake_in(ob, ob->o.sweep_ms);
+	outbox_kick(ob);
+}
+
+static void mark_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct outbox *ob = arg;
+
+	ob->marking--;
+	if (err->status != DB_OK)
+		log_warn("outbox: marking a delivery failed (%s); the lease will retry it",
+			 err->message);
+}
+
+static void flush_acks(struct outbox *ob);
+
+static void ack_ev_cb(evutil_socket_t fd, short what, void *arg)
+{
+	flush_acks(arg);
+}
+
+static void ack_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct outbox *ob = arg;
+
+	ob->acking = false;
+	mark_done(ob, res, err);
+	flush_acks(ob);
+}
+
+/* One statement marks every delivery that finished since the last one. */
+static void flush_acks(struct outbox *ob)
+{
+	char buf[ACK_MAX * UUID_STR_LEN + 3], *p = buf;
+	int n;
+
+	if (ob->acking || ob->nacks == 0)
+		return;
+	n = ob->nacks < ACK_MAX ? ob->nacks : ACK_MAX;
+	*p++ = '{';
+	for (int i = 0; i < n; i++) {
+		memcpy(p, ob->acks[ob->nacks - n + i], UUID_STR_LEN - 1);
+		p += UUID_STR_LEN - 1;
+		*p++ = i + 1 < n ? ',' : '}';
+	}
+	*p = '\0';
+	ob->nacks -= n;
+	ob->acking = true;
+	ob->marking++;
+	const char *params[1] = { buf };
+	db_query(ob->pool, ack_sql, 1, params, ack_done, ob);
+}
+
+static bool retryable(int status)
+{
+	return status == 0 || status >= 500 || status == 408 || status == 429;
+}
+
+static void delivered(void *arg, const struct httpc_result *r)
+{
+	struct delivery *d = arg;
+	struct outbox *ob = d->ob;
+	struct timespec end;
+	char labels[160];
+	const char *outcome;
+
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	ob->in_flight--;
+	if (r->status >= 200 && r->status < 300) {
+		outcome = "ok";
+		metric_observe(d->latency, (double)(end.tv_sec - d->start.tv_sec) +
+						   (double)(end.tv_nsec - d->start.tv_nsec) / 1e9);
+		if (ob->nacks == ob->acks_cap) {
+			ob->acks_cap = ob->acks_cap ? 2 * ob->acks_cap : ACK_MAX;
+			ob->acks = realloc(ob->acks, (size_t)ob->acks_cap * UUID_STR_LEN);
+			if (!ob->acks)
+				abort();
+		}
+		memcpy(ob->acks[ob->nacks++], d->id, UUID_STR_LEN);
+		/* the marks of one loop turn go out in one statement */
+		event_active(ob->ack_ev, EV_TIMEOUT, 0);
+	} else {
+		char delay_s[32], add_s[4], err_s[300];
+		bool dead, not_attempted = r->status == 0 && r->not_before_ms > 0;
+		int64_t delay;
+
+		if (not_attempted) {
+			outcome = "circuit_open";
+			dead = false;
+			delay = r->not_before_ms;
+		} else {
+			dead = !retryable(r->status) || d->attempts + 1 >= ob->o.max_attempts;
+			outcome = dead ? "dead" : "retry";
+			delay = backoff_delay_ms(ob->o.base_ms, ob->o.cap_ms, d->attempts + 1,
+						 backoff_random());
+			if (r->retry_after_ms >= 0)
+				delay = r->retry_after_ms < ob->o.cap_ms ? r->retry_after_ms
+									 : ob->o.cap_ms;
+		}
+		if (r->status == 0)
+			snprintf(err_s, sizeof(err_s), "%s: %s", r->instance, r->error);
+		else
+			snprintf(err_s, sizeof(err_s), "%s: HTTP %d", r->instance, r->status);
+		snprintf(delay_s, sizeof(delay_s), "%" PRId64, delay);
+		snprintf(add_s, sizeof(add_s), "%d", not_attempted ? 0 : 1);
+		const char *params[5] = { d->id, add_s, delay_s, dead ? "true" : "false", err_s };
+		struct log_ctx ctx = { .message_id = d->id, .peer = d->peer };
+
+		LOG_AT(dead ? LOG_WARN : LOG_DEBUG, &ctx, "delivery of %s %s: %s", d->type,
+		       dead ? "dead-lettered" : "will be retried", err_s);
+		ob->marking++;
+		db_query(ob->pool, fail_sql, 5, params, mark_done, ob);
+		if (!dead)
+			wake_in(ob, delay);
+	}
+	snprintf(labels, sizeof(labels), "peer=\"%s\",outcome=\"%s\"", d->peer, outcome);
+	metrics_inc(ob->attempts_total, labels, 1);
+	free(d);
+	/* room again: there may be more due rows than the last claim took */
+	outbox_kick(ob);
+}
+
+static struct httpc_peer *peer_for(struct outbox *ob, const char *destination)
+{
+	for (int i = 0; i < ob->npeers; i++)
+		if (strcmp(ob->peers[i].destination, destination) == 0)
+			return ob->peers[i].peer;
+	return NULL;
+}
+
+static void deliver_row(struct outbox *ob, PGresult *res, int i)
+{
+	const char *id = PQgetvalue(res, i, 0), *kind = PQgetvalue(res, i, 1),
+		   *dest = PQgetvalue(res, i, 2), *type = PQgetvalue(res, i, 3),
+		   *trace = db_val(res, i, 6);
+	struct httpc_peer *peer = peer_for(ob, dest);
+	struct delivery *d = calloc(1, sizeof(*d));
+	char path[128], auth[300], traceparent[64], span[UUID_STR_LEN];
+	const char *headers[5] = { "Authorization", auth, NULL, NULL, NULL };
+
+	if (!d)
+		abort();
+	d->ob = ob;
+	snprintf(d->id, sizeof(d->id), "%s", id);
+	snprintf(d->type, sizeof(d->type), "%s", type);
+	d->attempts = atoi(PQgetvalue(res, i, 5));
+	clock_gettime(CLOCK_MONOTONIC, &d->start);
+	ob->in_flight++;
+	if (!peer) {
+		/* a destination nobody configured: nothing to wait for */
+		struct httpc_result r = { .status = 400, .error = "unknown destination",
+					  .retry_after_ms = -1, .instance = dest };
+		d->peer = "unknown";
+		d->latency = metrics_series(ob->latency, "peer=\"unknown\"");
+		delivered(d, &r);
+		return;
+	}
+	d->peer = httpc_name(peer);
+	{
+		char l[80];
+
+		snprintf(l, sizeof(l), "peer=\"%s\"", d->peer);
+		d->latency = metrics_series(ob->latency, l);
+	}
+	snprintf(path, sizeof(path), "/%s/%s", strcmp(kind, "command") == 0 ? "commands" : "events",
+		 type);
+	snprintf(auth, sizeof(auth), "Bearer %s", ob->o.token);
+	if (trace && strlen(trace) == 32) {
+		/* W3C trace context: same trace, a new span for this hop */
+		uuid_new(span);
+		snprintf(traceparent, sizeof(traceparent), "00-%s-%.8s%.4s%.4s-01", trace, span,
+			 span + 9, span + 14);
+		headers[2] = "traceparent";
+		headers[3] = traceparent;
+	}
+	httpc_post(peer, path, PQgetvalue(res, i, 4), (size_t)PQgetlength(res, i, 4), headers,
+		   delivered, d);
+}
+
+static void claimed(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct outbox *ob = arg;
+	int n;
+
+	ob->claiming = false;
+	if (err->status != DB_OK) {
+		if (err->status == DB_SQL_ERROR)
+			log_error("outbox: claim failed: %s", err->message);
+		return; /* the sweep or the reconnect tries again */
+	}
+	n = PQntuples(res);
+	for (int i = 0; i < n; i++)
+		deliver_row(ob, res, i);
+	if ((n == ob->o.batch || ob->again) && !ob->stopping) {
+		ob->again = false;
+		outbox_kick(ob);
+	}
+}
+
+static void claim(struct outbox *ob)
+{
+	char batch[16], lease[16];
+	int room = 4 * ob->o.batch - ob->in_flight;
+
+	/* enough in flight already; each completion kicks again */
+	if (room <= 0)
+		return;
+	snprintf(batch, sizeof(batch), "%d", room < ob->o.batch ? room : ob->o.batch);
+	snprintf(lease, sizeof(lease), "%d", ob->o.lease_ms);
+	const char *params[2] = { batch, lease };
+
+	ob->claiming = true;
+	ob->again = false;
+	db_query(ob->pool, claim_sql, 2, params, claimed, ob);
+}
+
+static void purge_cb(evutil_socket_t fd, short what, void *arg);
+
+static void purged(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct outbox *ob = arg;
+	/* a full batch means more is waiting: come back soon, not in a minute */
+	bool more = err->status == DB_OK && atoi(PQgetvalue(res, 0, 0)) >= 500;
+	struct timeval tv = { more ? 0 : 60, more ? 100000 : 0 };
+
+	if (err->status == DB_SQL_ERROR)
+		log_warn("outbox: purge failed: %s", err->message);
+	if (!ob->stopping)
+		evtimer_add(ob->purge_timer, &tv);
+}
+
+static void purge_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct outbox *ob = arg;
+	char s[16];
+
+	snprintf(s, sizeof(s), "%d", ob->o.retention_s);
+	const char *params[1] = { s };
+	db_query(ob->pool, purge_sql, 1, params, purged, ob);
+}
+
+struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
+			  const struct outbox_opts *opts, const struct outbox_peer *peers,
+			  int npeers)
+{
+	struct outbox *ob = calloc(1, sizeof(*ob));
+	char channel[80];
+	struct timeval purge_first = { 5, 0 };
+
+	if (!ob)
+		return NULL;
+	ob->base = base;
+	ob->pool = pool;
+	ob->o = *opts;
+	ob->peers = calloc((size_t)npeers + 1, sizeof(*peers));
+	if (!ob->peers) {
+		outbox_free(ob);
+		return NULL;
+	}
+	memcpy(ob->peers, peers, (size_t)npeers * sizeof(*peers));
+	ob->npeers = npeers;
+	ob->attempts_total = metrics_family("saga_outbox_delivery_attempts_total",
+					    "Outbox delivery attempts by peer and outcome",
+					    METRIC_COUNTER);
+	ob->latency = metrics_family("saga_outbox_delivery_seconds",
+				     "Time from sending a message to its 2xx answer",
+				     METRIC_HISTOGRAM);
+	ob->timer = evtimer_new(base, timer_cb, ob);
+	ob->purge_timer = evtimer_new(base, purge_cb, ob);
+	ob->ack_ev = event_new(base, -1, 0, ack_ev_cb, ob);
+	snprintf(channel, sizeof(channel), "%s_outbox", opts->schema);
+	ob->listen = db_listen_new(base, opts->conninfo, channel, kick_cb, kick_cb, ob);
+	if (!ob->timer || !ob->purge_timer || !ob->ack_ev || !ob->listen) {
+		outbox_free(ob);
+		return NULL;
+	}
+	wake_in(ob, ob->o.sweep_ms);
+	evtimer_add(ob->purge_timer, &purge_first);
+	return ob;
+}
+
+void outbox_stop(struct outbox *ob)
+{
+	ob->stopping = true;
+	evtimer_del(ob->timer);
+	evtimer_del(ob->purge_timer);
+	db_listen_free(ob->listen);
+	ob->listen = NULL;
+}
+
+bool outbox_idle(const struct outbox *ob)
+{
+	return ob->stopping && !ob->claiming && ob->in_flight == 0 && ob->marking == 0 &&
+	       ob->nacks == 0;
+}
+
+void outbox_free(struct outbox *ob)
+{
+	if (!ob)
+		return;
+	if (ob->timer)
+		event_free(ob->timer);
+	if (ob->purge_timer)
+		event_free(ob->purge_timer);
+	if (ob->ack_ev)
+		event_free(ob->ack_ev);
+	db_listen_free(ob->listen);
+	free(ob->peers);
+	free(ob->acks);
+	free(ob);
+}

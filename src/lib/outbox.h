@@ -1,0 +1,62 @@
+/*
+ * outbox: the dispatcher that delivers a schema's outbox_messages.
+ *
+ * It wakes on NOTIFY (rows written by someone else), on outbox_kick() (rows
+ * this process committed itself, so the NOTIFY can be left out), on a timer
+ * (retries falling due, and anything a lost notification left behind) and
+ * after its LISTEN connection (re)connects. Each round claims up to batch due
+ * rows with FOR UPDATE SKIP LOCKED, pushing their next_attempt_at a lease
+ * ahead instead of holding a transaction across the HTTP call; a dispatcher
+ * that dies leaves its rows to be claimed again when the lease runs out.
+ * Rows are delivered concurrently; successes are marked processed in batches.
+ *
+ * Delivery policy: 2xx is done; 5xx, 408, 429 and transport errors are
+ * retried after an exponential backoff with full jitter (a Retry-After
+ * replaces the computed delay, capped); any other status, or the last
+ * allowed attempt failing, makes a dead letter. A refusal by an open circuit
+ * breaker is not an attempt: the row is just put off until the circuit
+ * lets a probe through.
+ */
+#ifndef PGSAGA_OUTBOX_H
+#define PGSAGA_OUTBOX_H
+
+#include <stdbool.h>
+
+struct event_base;
+struct db_pool;
+struct httpc_peer;
+struct outbox;
+
+struct outbox_opts {
+	const char *schema;      /* its outbox; LISTEN channel <schema>_outbox */
+	const char *conninfo;    /* for the LISTEN connection */
+	const char *token;       /* sent as Authorization: Bearer */
+	int batch;               /* rows per claim */
+	int max_attempts;
+	int base_ms, cap_ms;     /* backoff */
+	int lease_ms;
+	int sweep_ms;            /* timer sweep */
+	int retention_s;         /* processed rows and inbox rows kept this long */
+};
+
+struct outbox_peer {
+	const char *destination; /* value of outbox_messages.destination */
+	struct httpc_peer *peer;
+};
+
+/* opts and peers are copied; the strings they point to are borrowed. */
+struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
+			  const struct outbox_opts *opts, const struct outbox_peer *peers,
+			  int npeers);
+
+/* Wake the dispatcher: this process just committed an outbox row. */
+void outbox_kick(struct outbox *ob);
+
+/* Stop claiming; deliveries in flight finish and their marks are written. */
+void outbox_stop(struct outbox *ob);
+/* True once stopped and nothing is in flight. */
+bool outbox_idle(const struct outbox *ob);
+
+void outbox_free(struct outbox *ob);
+
+#endif

@@ -1,0 +1,632 @@
+/*
+ * saga-orchestrator: accepts orders (POST /orders, idempotent by key),
+ * drives each saga through saga_fsm on the events payment and inventory
+ * send back, and compensates sagas whose step passed its deadline.
+ */
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "db.h"
+#include "jsonx.h"
+#include "log.h"
+#include "metrics.h"
+#include "outbox.h"
+#include "saga_fsm.h"
+#include "uuid.h"
+
+#define TRANSITION_TRIES 5
+#define DEADLINE_BATCH "100"
+
+static struct {
+	struct app app;
+	int64_t step_timeout_ms;
+	int64_t idempotency_ttl_s;
+	struct event *deadline_timer, *purge_timer;
+	bool sweeping;
+	struct metric_family *transitions, *started;
+} O;
+
+/* --- POST /orders ----------------------------------------------------- */
+
+/*
+ * One statement, one transaction: the idempotency record, the saga, its
+ * first history row and its PayCommand. ON CONFLICT DO UPDATE (not DO
+ * NOTHING) so that a concurrent request with the same key waits for the
+ * first to commit and then gets its row back: DO NOTHING would return
+ * nothing, and a second SELECT in the same statement could not see a row
+ * committed after the statement's snapshot. The update changes the row only
+ * when it has expired, so the key then starts a new saga. The request is
+ * new exactly when the record ends up holding this request's saga id.
+ */
+static const char create_sql[] =
+	"WITH rec AS ("
+	"  INSERT INTO idempotency_records AS r"
+	"         (key, request_hash, saga_id, status, response, expires_at)"
+	"  VALUES ($1, encode(sha256(convert_to($2, 'UTF8')), 'hex'), $3, 201, $4::jsonb,"
+	"          now() + $5::int * interval '1 second')"
+	"  ON CONFLICT (key) DO UPDATE SET"
+	"    request_hash = CASE WHEN r.expires_at <= now() THEN excluded.request_hash"
+	"                        ELSE r.request_hash END,"
+	"    saga_id = CASE WHEN r.expires_at <= now() THEN excluded.saga_id ELSE r.saga_id END,"
+	"    status = CASE WHEN r.expires_at <= now() THEN excluded.status ELSE r.status END,"
+	"    response = CASE WHEN r.expires_at <= now() THEN excluded.response ELSE r.response END,"
+	"    created_at = CASE WHEN r.expires_at <= now() THEN now() ELSE r.created_at END,"
+	"    expires_at = CASE WHEN r.expires_at <= now() THEN excluded.expires_at"
+	"                      ELSE r.expires_at END"
+	"  RETURNING saga_id, request_hash, status, response),"
+	" s AS ("
+	"  INSERT INTO saga_instances (saga_id, state, version, customer_id, item_id, qty, amount,"
+	"                              deadline_at, trace_id)"
+	"  SELECT $3, 'PendingPayment', 1, $6, $7, $8::int, $9::bigint,"
+	"         now() + $10::bigint * interval '1 millisecond', $11"
+	"    FROM rec WHERE rec.saga_id = $3::uuid"
+	"  RETURNING saga_id),"
+	" h AS ("
+	"  INSERT INTO saga_history (saga_id, version, from_state, to_state, cause)"
+	"  SELECT saga_id, 1, NULL, 'PendingPayment', 'OrderPlaced' FROM s),"
+	" o AS ("
+	"  INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id)"
+	"  SELECT $12, 'command', 'payment', 'PayCommand', $13::jsonb, $11 FROM s)"
+	"SELECT rec.saga_id = $3::uuid,"
+	"       rec.request_hash = encode(sha256(convert_to($2, 'UTF8')), 'hex'),"
+	"       rec.status, jsonb_set(rec.response, '{duplicated}', 'true')::text, rec.saga_id"
+	"  FROM rec";
+
+struct order_ctx {
+	struct evhttp_request *req;
+	char saga_id[UUID_STR_LEN];
+	char response[160];
+	char trace[33];
+};
+
+/* The draft standard quotes the key (an sf-string); plain tokens are fine too. */
+static bool parse_idempotency_key(const char *h, char *out, size_t outlen)
+{
+	size_t n = strlen(h);
+	bool quoted = n >= 2 && h[0] == '"' && h[n - 1] == '"';
+
+	if (quoted) {
+		h++;
+		n -= 2;
+	}
+	if (n < 1 || n > 255 || n >= outlen)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)h[i];
+
+		if (c < 0x21 || c > 0x7e || (quoted && (c == '"' || c == '\\')))
+			return false;
+	}
+	memcpy(out, h, n);
+	out[n] = '\0';
+	return true;
+}
+
+static bool is_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+/*
+ * The trace id of a W3C traceparent "00-<32 hex>-<16 hex>-<2 hex>", or a
+ * new one when the header is absent or malformed.
+ */
+static void trace_id_of(struct evhttp_request *req, char out[33])
+{
+	const char *tp = httpd_header(req, "traceparent");
+	char u[UUID_STR_LEN];
+
+	if (tp && strlen(tp) == 55 && tp[2] == '-' && tp[35] == '-' && tp[52] == '-' &&
+	    is_hex(tp + 3, 32) && strspn(tp + 3, "0") < 32) {
+		memcpy(out, tp + 3, 32);
+		out[32] = '\0';
+		return;
+	}
+	uuid_new(u);
+	snprintf(out, 33, "%.8s%.4s%.4s%.4s%.12s", u, u + 9, u + 14, u + 19, u + 24);
+}
+
+static void order_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct order_ctx *c = arg;
+	struct evhttp_request *req = c->req;
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	char location[64];
+
+	if (err->status != DB_OK || PQntuples(res) != 1) {
+		if (err->status == DB_OK)
+			httpd_error(req, 500, "internal", "no idempotency record");
+		else
+			app_db_error(req, err, "POST /orders");
+		free(c);
+		return;
+	}
+	bool fresh = PQgetvalue(res, 0, 0)[0] == 't';
+	bool same = PQgetvalue(res, 0, 1)[0] == 't';
+
+	if (!same) {
+		httpd_error(req, 422, "idempotency_key_reused",
+			    "this Idempotency-Key was used with a different body");
+		free(c);
+		return;
+	}
+	snprintf(location, sizeof(location), "/orders/%s", PQgetvalue(res, 0, 4));
+	evhttp_add_header(out, "Location", location);
+	if (fresh) {
+		struct log_ctx lc = { .saga_id = c->saga_id, .trace_id = c->trace };
+
+		metrics_inc(O.started, "", 1);
+		metrics_inc(O.transitions, "from=\"\",to=\"PendingPayment\"", 1);
+		LOG_AT(LOG_INFO, &lc, "order accepted");
+		outbox_kick(O.app.outbox);
+		httpd_reply(req, 201, c->response);
+	} else {
+		evhttp_add_header(out, "Idempotent-Replayed", "true");
+		httpd_reply(req, atoi(PQgetvalue(res, 0, 2)), PQgetvalue(res, 0, 3));
+	}
+	free(c);
+}
+
+static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
+{
+	const char *kh = httpd_header(req, "Idempotency-Key");
+	char key[256], err[128], cmd_id[UUID_STR_LEN], payload[320], qty_s[24], amount_s[24],
+		ttl_s[24], step_s[24];
+	const char *customer, *item, *bad = NULL;
+	int64_t qty, amount;
+	struct json_object *obj;
+	size_t len;
+	const char *body;
+	char *canon;
+	struct order_ctx *c;
+
+	if (!kh) {
+		httpd_error(req, 400, "idempotency_key_missing", "the Idempotency-Key header is required");
+		return;
+	}
+	if (!parse_idempotency_key(kh, key, sizeof(key))) {
+		httpd_error(req, 400, "idempotency_key_invalid",
+			    "Idempotency-Key must be 1-255 visible ASCII characters");
+		return;
+	}
+	body = httpd_body(req, &len);
+	obj = jsonx_parse(body, len, err, sizeof(err));
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return;
+	}
+	if (!json_object_is_type(obj, json_type_object))
+		bad = "body";
+	else if (jsonx_get_id(obj, "customerId", &customer) != 0)
+		bad = "customerId";
+	else if (jsonx_get_id(obj, "itemId", &item) != 0)
+		bad = "itemId";
+	else if (jsonx_get_int(obj, "qty", 1, 1000, &qty) != 0)
+		bad = "qty";
+	else if (jsonx_get_int(obj, "amount", 1, 1000000000000LL, &amount) != 0)
+		bad = "amount";
+	if (bad) {
+		json_object_put(obj);
+		if (strcmp(bad, "body") == 0)
+			httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
+		else
+			httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
+		return;
+	}
+	canon = jsonx_canonical(obj);
+	if (!canon)
+		abort();
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		abort();
+	c->req = req;
+	uuid_new(c->saga_id);
+	uuid_new(cmd_id);
+	trace_id_of(req, c->trace);
+	snprintf(c->response, sizeof(c->response),
+		 "{\"sagaId\":\"%s\",\"state\":\"PendingPayment\",\"duplicated\":false}",
+		 c->saga_id);
+	/* ids match [A-Za-z0-9_-]{1,64}: nothing to escape */
+	snprintf(payload, sizeof(payload),
+		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"%s\",\"amount\":%lld}",
+		 cmd_id, c->saga_id, customer, (long long)amount);
+	snprintf(qty_s, sizeof(qty_s), "%lld", (long long)qty);
+	snprintf(amount_s, sizeof(amount_s), "%lld", (long long)amount);
+	snprintf(ttl_s, sizeof(ttl_s), "%lld", (long long)O.idempotency_ttl_s);
+	snprintf(step_s, sizeof(step_s), "%lld", (long long)O.step_timeout_ms);
+	const char *params[13] = { key,	  canon,  c->saga_id, c->response, ttl_s,
+				   customer, item,   qty_s,      amount_s,    step_s,
+				   c->trace, cmd_id, payload };
+	db_query(O.app.pool, create_sql, 13, params, order_done, c);
+	free(canon);
+	json_object_put(obj);
+}
+
+/* --- GET /orders/{id} ------------------------------------------------- */
+
+static const char get_sql[] =
+	"SELECT json_build_object("
+	"  'sagaId', s.saga_id, 'state', s.state, 'version', s.version,"
+	"  'customerId', s.customer_id, 'itemId', s.item_id, 'qty', s.qty, 'amount', s.amount,"
+	"  'createdAt', rfc3339(s.created_at), 'updatedAt', rfc3339(s.updated_at),"
+	"  'history', (SELECT json_agg(json_build_object("
+	"                'version', h.version, 'fromState', h.from_state, 'toState', h.to_state,"
+	"                'cause', h.cause, 'messageId', h.message_id, 'at', rfc3339(h.at))"
+	"              ORDER BY h.version)"
+	"              FROM saga_history h WHERE h.saga_id = s.saga_id))::text"
+	"  FROM saga_instances s WHERE s.saga_id = $1";
+
+static void get_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct evhttp_request *req = arg;
+
+	if (err->status != DB_OK) {
+		app_db_error(req, err, "GET /orders");
+		return;
+	}
+	if (PQntuples(res) == 0) {
+		httpd_error(req, 404, "not_found", "no such saga");
+		return;
+	}
+	httpd_reply(req, 200, PQgetvalue(res, 0, 0));
+}
+
+static void get_order(struct evhttp_request *req, void *svc, const char *tail)
+{
+	if (!uuid_valid(tail)) {
+		httpd_error(req, 400, "invalid_id", "expected a saga id (a UUID)");
+		return;
+	}
+	const char *params[1] = { tail };
+	db_query(O.app.pool, get_sql, 1, params, get_done, req);
+}
+
+/* --- transitions: events and deadlines --------------------------------- */
+
+static const char read_sql[] =
+	"SELECT state, version, compensation, customer_id, item_id, qty, amount,"
+	"       $2::uuid IS NOT NULL AND EXISTS (SELECT 1 FROM processed_messages"
+	"                                         WHERE message_id = $2::uuid)"
+	"  FROM saga_instances WHERE saga_id = $1";
+
+static const char transition_sql[] =
+	"SELECT saga_transition($1, $2, $3, $4::int, $5, $6, $7, $8::bigint, $9, $10, $11,"
+	"                       $12::jsonb)";
+
+enum outcome { OUT_APPLIED, OUT_DUPLICATE, OUT_IGNORED, OUT_NOT_FOUND, OUT_DB_ERROR };
+
+/*
+ * One event (or deadline) applied to one saga: read, decide with saga_next,
+ * write guarded by the version read; on a lost race, read again.
+ */
+struct transition {
+	enum saga_event ev;
+	char event_id[UUID_STR_LEN]; /* "" for StepTimeout */
+	char saga_id[UUID_STR_LEN];
+	int tries;
+	const char *why;             /* OUT_IGNORED: reason */
+	struct db_error err;         /* OUT_DB_ERROR: copy without message */
+	struct saga_step step;
+	enum saga_state from;
+	void (*done)(struct transition *t, enum outcome o);
+	struct evhttp_request *req;  /* events only */
+};
+
+static void transition_read(struct transition *t);
+
+static void transition_written(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct transition *t = arg;
+
+	if (err->status != DB_OK) {
+		if (db_retryable(err) && ++t->tries < TRANSITION_TRIES) {
+			transition_read(t); /* the saga moved on: decide again */
+			return;
+		}
+		t->err = *err;
+		t->err.message = NULL;
+		t->done(t, OUT_DB_ERROR);
+		return;
+	}
+	if (strcmp(PQgetvalue(res, 0, 0), "duplicate") == 0) {
+		t->done(t, OUT_DUPLICATE);
+		return;
+	}
+	char labels[96];
+	struct log_ctx lc = { .saga_id = t->saga_id, .message_id = t->event_id[0] ? t->event_id : NULL };
+
+	snprintf(labels, sizeof(labels), "from=\"%s\",to=\"%s\"", saga_state_name(t->from),
+		 saga_state_name(t->step.to));
+	metrics_inc(O.transitions, labels, 1);
+	LOG_AT(LOG_INFO, &lc, "%s -> %s on %s", saga_state_name(t->from),
+	       saga_state_name(t->step.to), saga_event_name(t->ev));
+	if (t->step.command != SAGA_CMD_NONE)
+		outbox_kick(O.app.outbox);
+	t->done(t, OUT_APPLIED);
+}
+
+static void transition_decide(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct transition *t = arg;
+	char version_s[16], deadline_s[24], cmd_id[UUID_STR_LEN], payload[320];
+	const char *cmd_name;
+	int st, undo, version;
+
+	if (err->status != DB_OK) {
+		t->err = *err;
+		t->err.message = NULL;
+		t->done(t, OUT_DB_ERROR);
+		return;
+	}
+	if (PQntuples(res) == 0) {
+		t->done(t, OUT_NOT_FOUND);
+		return;
+	}
+	if (PQgetvalue(res, 0, 7)[0] == 't') {
+		t->done(t, OUT_DUPLICATE);
+		return;
+	}
+	st = saga_state_parse(PQgetvalue(res, 0, 0));
+	version = atoi(PQgetvalue(res, 0, 1));
+	undo = saga_undo_parse(db_val(res, 0, 2));
+	if (st < 0 || undo < 0) {
+		t->why = "unknown_state";
+		t->done(t, OUT_IGNORED);
+		return;
+	}
+	t->from = (enum saga_state)st;
+	if (!saga_next(t->from, (enum saga_undo)undo, t->ev, &t->step, &t->why)) {
+		t->done(t, OUT_IGNORED);
+		return;
+	}
+	cmd_name = saga_command_name(t->step.command);
+	payload[0] = '\0';
+	if (cmd_name) {
+		uuid_new(cmd_id);
+		if (t->step.command == SAGA_CMD_RESERVE)
+			snprintf(payload, sizeof(payload),
+				 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"itemId\":\"%s\","
+				 "\"qty\":%s}",
+				 cmd_id, t->saga_id, PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 5));
+		else
+			snprintf(payload, sizeof(payload),
+				 "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}", cmd_id, t->saga_id);
+	}
+	snprintf(version_s, sizeof(version_s), "%d", version);
+	snprintf(deadline_s, sizeof(deadline_s), "%lld", (long long)O.step_timeout_ms);
+	const char *params[12] = {
+		t->event_id[0] ? t->event_id : NULL,
+		t->saga_id,
+		saga_state_name(t->from),
+		version_s,
+		saga_state_name(t->step.to),
+		saga_undo_name(t->step.undo),
+		saga_event_name(t->ev),
+		t->step.deadline ? deadline_s : NULL,
+		cmd_name ? cmd_id : NULL,
+		saga_command_destination(t->step.command),
+		cmd_name,
+		cmd_name ? payload : NULL,
+	};
+	db_query(O.app.pool, transition_sql, 12, params, transition_written, t);
+}
+
+static void transition_read(struct transition *t)
+{
+	const char *params[2] = { t->saga_id, t->event_id[0] ? t->event_id : NULL };
+
+	db_query(O.app.pool, read_sql, 2, params, transition_decide, t);
+}
+
+static void event_done(struct transition *t, enum outcome o)
+{
+	struct evhttp_request *req = t->req;
+	char body[128];
+
+	switch (o) {
+	case OUT_APPLIED:
+		httpd_reply(req, 200, "{\"duplicated\":false}");
+		break;
+	case OUT_DUPLICATE:
+		metrics_inc(metrics_family("saga_inbox_duplicates_total",
+					   "Messages received again and not applied again",
+					   METRIC_COUNTER),
+			    "", 1);
+		httpd_reply(req, 200, "{\"duplicated\":true}");
+		break;
+	case OUT_IGNORED:
+		snprintf(body, sizeof(body), "{\"ignored\":true,\"reason\":\"%s\"}", t->why);
+		httpd_reply(req, 200, body);
+		break;
+	case OUT_NOT_FOUND:
+		httpd_error(req, 404, "not_found", "no such saga");
+		break;
+	case OUT_DB_ERROR:
+		app_db_error(req, &t->err, "event");
+		break;
+	}
+	free(t);
+}
+
+static void post_event(struct evhttp_request *req, void *svc, const char *tail)
+{
+	int ev = saga_event_parse(tail);
+	const char *event_id, *saga_id, *reason, *bad = NULL;
+	struct json_object *obj;
+	struct transition *t;
+	char err[128];
+	size_t len;
+	const char *body;
+
+	if (ev < 0 || ev == SAGA_STEP_TIMEOUT) {
+		httpd_error(req, 404, "unknown_type", "unknown event type");
+		return;
+	}
+	body = httpd_body(req, &len);
+	obj = jsonx_parse(body, len, err, sizeof(err));
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return;
+	}
+	if (!json_object_is_type(obj, json_type_object))
+		bad = "body";
+	else if (jsonx_get_uuid(obj, "eventId", &event_id) != 0)
+		bad = "eventId";
+	else if (jsonx_get_uuid(obj, "sagaId", &saga_id) != 0)
+		bad = "sagaId";
+	else if (json_object_object_get_ex(obj, "reason", NULL) &&
+		 jsonx_get_str(obj, "reason", 200, &reason) != 0)
+		bad = "reason";
+	if (bad) {
+		httpd_error(req, 400, strcmp(bad, "body") ? "invalid_field" : "invalid_json",
+			    "%s is missing or invalid", bad);
+		json_object_put(obj);
+		return;
+	}
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		abort();
+	t->ev = (enum saga_event)ev;
+	t->req = req;
+	t->done = event_done;
+	snprintf(t->event_id, sizeof(t->event_id), "%s", event_id);
+	snprintf(t->saga_id, sizeof(t->saga_id), "%s", saga_id);
+	json_object_put(obj);
+	transition_read(t);
+}
+
+/* Step deadlines: sagas past theirs compensate (StepTimeout). */
+static const char overdue_sql[] =
+	"SELECT saga_id FROM saga_instances"
+	" WHERE state IN ('PendingPayment', 'PendingInventory') AND deadline_at <= now()"
+	" ORDER BY deadline_at LIMIT " DEADLINE_BATCH;
+
+static int sweeps_open;
+
+static void deadline_done(struct transition *t, enum outcome o)
+{
+	if (o == OUT_DB_ERROR && t->err.status == DB_SQL_ERROR)
+		log_warn("step timeout of saga %s failed: SQLSTATE %s", t->saga_id,
+			 t->err.sqlstate);
+	free(t);
+	if (--sweeps_open == 0)
+		O.sweeping = false;
+}
+
+static void overdue_found(void *arg, PGresult *res, const struct db_error *err)
+{
+	int n = err->status == DB_OK ? PQntuples(res) : 0;
+
+	if (n == 0) {
+		O.sweeping = false;
+		return;
+	}
+	sweeps_open = n;
+	for (int i = 0; i < n; i++) {
+		struct transition *t = calloc(1, sizeof(*t));
+
+		if (!t)
+			abort();
+		t->ev = SAGA_STEP_TIMEOUT;
+		t->done = deadline_done;
+		snprintf(t->saga_id, sizeof(t->saga_id), "%s", PQgetvalue(res, i, 0));
+		transition_read(t);
+	}
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+	if (O.sweeping || O.app.stopping)
+		return;
+	O.sweeping = true;
+	db_query(O.app.pool, overdue_sql, 0, NULL, overdue_found, NULL);
+}
+
+static void purge_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	if (err->status == DB_SQL_ERROR)
+		log_warn("idempotency purge failed: %s", err->message);
+}
+
+static void purge_cb(evutil_socket_t fd, short what, void *arg)
+{
+	if (!O.app.stopping)
+		db_query(O.app.pool, "SELECT purge_idempotency(1000)", 0, NULL, purge_done, NULL);
+}
+
+/* --- wiring ------------------------------------------------------------- */
+
+static const struct httpd_route routes[] = {
+	{ "POST", "/orders", false, post_orders, "/orders" },
+	{ "GET", "/orders/", false, get_order, "/orders/{id}" },
+	{ "POST", "/events/", true, post_event, "/events/{type}" },
+};
+
+static const struct envcfg_var vars[] = {
+	{ "STEP_TIMEOUT_MS", ENVCFG_INT, &O.step_timeout_ms, "120000", 10, 86400000,
+	  "a saga step's deadline, after which it compensates" },
+	{ "IDEMPOTENCY_TTL_S", ENVCFG_INT, &O.idempotency_ttl_s, "86400", 1, 31536000,
+	  "how long an Idempotency-Key is remembered" },
+};
+
+static const struct app_peer_spec peers[] = {
+	{ "payment", "PAYMENT_URL", "http://127.0.0.1:8081" },
+	{ "inventory", "INVENTORY_URL", "http://127.0.0.1:8082" },
+};
+
+static const struct app_spec spec = {
+	.service = "orchestrator",
+	.about = "the order saga's orchestrator: POST /orders, GET /orders/{id}, POST /events/{type}",
+	.default_addr = "127.0.0.1:8080",
+	.migrations = migrations_orchestrator,
+	.nmigrations = 0, /* set in main: the count is not a constant expression */
+	.vars = vars,
+	.nvars = sizeof(vars) / sizeof(vars[0]),
+	.routes = routes,
+	.nroutes = sizeof(routes) / sizeof(routes[0]),
+	.peers = peers,
+	.npeers = sizeof(peers) / sizeof(peers[0]),
+};
+
+int main(int argc, char **argv)
+{
+	struct app_spec s = spec;
+	bool done;
+	int rc;
+
+	s.nmigrations = migrations_orchestrator_count;
+	rc = app_init(&O.app, &s, argc, argv, &done);
+	if (rc != 0 || done) {
+		app_free(&O.app);
+		return rc;
+	}
+	O.transitions = metrics_family("saga_transitions_total", "Saga transitions by from and to state",
+				       METRIC_COUNTER);
+	O.started = metrics_family("saga_started_total", "Sagas started by POST /orders",
+				   METRIC_COUNTER);
+	metrics_series(O.started, "");
+
+	/* deadlines are checked often enough to be late by a fraction of one */
+	int64_t every = O.step_timeout_ms / 4 < 1000 ? O.step_timeout_ms / 4 : 1000;
+	struct timeval dtv = { (time_t)(every / 1000), (suseconds_t)(every % 1000) * 1000 };
+	struct timeval ptv = { 60, 0 };
+
+	O.deadline_timer = event_new(O.app.base, -1, EV_PERSIST, deadline_cb, NULL);
+	O.purge_timer = event_new(O.app.base, -1, EV_PERSIST, purge_cb, NULL);
+	event_add(O.deadline_timer, &dtv);
+	event_add(O.purge_timer, &ptv);
+
+	rc = app_run(&O.app);
+	event_free(O.deadline_timer);
+	event_free(O.purge_timer);
+	app_free(&O.app);
+	return rc;
+}

@@ -1,0 +1,84 @@
+/*
+ * saga-payment: charges and refunds customers' accounts on the
+ * orchestrator's commands, each command once (inbox), answering with an
+ * event through its outbox.
+ */
+#include <stdio.h>
+
+#include "app.h"
+#include "command.h"
+#include "jsonx.h"
+
+static struct app app;
+static int64_t default_credit;
+
+static const char *pay_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
+			      char buf[COMMAND_MAX_EXTRA][32])
+{
+	int64_t amount;
+
+	if (jsonx_get_id(obj, "customerId", &extra[0]) != 0)
+		return "customerId";
+	if (jsonx_get_int(obj, "amount", 1, 1000000000000LL, &amount) != 0)
+		return "amount";
+	snprintf(buf[1], sizeof(buf[1]), "%lld", (long long)amount);
+	snprintf(buf[2], sizeof(buf[2]), "%lld", (long long)default_credit);
+	extra[1] = buf[1];
+	extra[2] = buf[2];
+	return NULL;
+}
+
+static const char *no_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
+			     char buf[COMMAND_MAX_EXTRA][32])
+{
+	return NULL;
+}
+
+static const struct command_type commands[] = {
+	{ "PayCommand", "SELECT handle_pay($1, $2, $3, $4::bigint, $5::bigint, $6)", 3,
+	  pay_fields },
+	{ "RefundPaymentCommand", "SELECT handle_refund($1, $2, $3)", 0, no_fields },
+};
+
+static void post_command(struct evhttp_request *req, void *svc, const char *tail)
+{
+	command_handle(&app, commands, sizeof(commands) / sizeof(commands[0]), req, tail);
+}
+
+static const struct httpd_route routes[] = {
+	{ "POST", "/commands/", true, post_command, "/commands/{type}" },
+};
+
+static const struct envcfg_var vars[] = {
+	{ "PAYMENT_DEFAULT_CREDIT", ENVCFG_INT, &default_credit, "1000000", 0,
+	  1000000000000000LL, "balance (minor units) of an account the first time it pays" },
+};
+
+static const struct app_peer_spec peers[] = {
+	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
+};
+
+int main(int argc, char **argv)
+{
+	const struct app_spec spec = {
+		.service = "payment",
+		.about = "the payment service: POST /commands/{PayCommand,RefundPaymentCommand}",
+		.default_addr = "127.0.0.1:8081",
+		.migrations = migrations_payment,
+		.nmigrations = migrations_payment_count,
+		.vars = vars,
+		.nvars = sizeof(vars) / sizeof(vars[0]),
+		.routes = routes,
+		.nroutes = sizeof(routes) / sizeof(routes[0]),
+		.peers = peers,
+		.npeers = sizeof(peers) / sizeof(peers[0]),
+		.faults = true,
+	};
+	bool done;
+	int rc = app_init(&app, &spec, argc, argv, &done);
+
+	if (rc == 0 && !done)
+		rc = app_run(&app);
+	app_free(&app);
+	return rc;
+}

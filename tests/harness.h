@@ -1,0 +1,91 @@
+/*
+ * harness: what integration tests stand on.
+ *
+ * A throwaway PostgreSQL cluster per test binary (started as an unprivileged
+ * user by scripts/pg-cluster, in a private directory on a free port), a fresh
+ * database per test with sql/bootstrap.sql applied, and the three real
+ * service binaries started on free ports, each connecting as its own role.
+ *
+ * Tests run in Check's forked children; services are started from the child
+ * with PR_SET_PDEATHSIG so a failing test cannot leak them.
+ */
+#ifndef PGSAGA_HARNESS_H
+#define PGSAGA_HARNESS_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <sys/types.h>
+
+enum svc { SVC_ORCH = 0, SVC_PAY = 1, SVC_INV = 2, SVC_COUNT };
+
+/* Unchecked fixture: start (and, at the end, stop) the cluster once. */
+void harness_cluster_start(void);
+void harness_cluster_stop(void);
+
+struct saga_env {
+	char dbname[64];
+	char admin_url[512];        /* superuser, this database */
+	char url[SVC_COUNT][512];   /* DATABASE_URL for each service's role */
+	char auditor_url[512];
+	int port[SVC_COUNT];        /* HTTP ports, chosen free at env_create */
+	pid_t pid[SVC_COUNT];       /* 0 when not running */
+	char token[64];             /* INTERNAL_TOKEN given to the services */
+	PGconn *admin;              /* cached superuser connection */
+};
+
+/* A new database with bootstrap.sql applied; no service started yet. */
+void env_create(struct saga_env *e);
+
+/*
+ * Starts one service with the standard environment (DATABASE_URL, LISTEN_ADDR,
+ * peers' URLs, INTERNAL_TOKEN, LOG_LEVEL=warn unless set) plus extra, a
+ * NULL-terminated list of "NAME=value" (may be NULL; later entries win), and
+ * waits until GET /readyz answers 200 (fails the test after 20 s).
+ * Its stderr goes to <cluster dir>/<dbname>-<service>.log.
+ */
+void env_start(struct saga_env *e, enum svc s, const char *const *extra);
+void env_start_all(struct saga_env *e);
+
+/* Sends sig to the service and waits for it to exit; returns its exit status
+ * as from waitpid (use WIFEXITED etc.). */
+int env_stop(struct saga_env *e, enum svc s, int sig);
+
+/* Stops what runs (SIGKILL) and closes connections. The database stays. */
+void env_destroy(struct saga_env *e);
+
+/* --- HTTP: a small blocking HTTP/1.1 client, one connection per call --- */
+
+struct http_resp {
+	int status;           /* 0 when the connection failed or closed early */
+	char *headers;        /* raw header block, NUL-terminated */
+	char *body;           /* NUL-terminated (may contain NULs before) */
+	size_t body_len;
+};
+
+/*
+ * method and path as sent; headers a NULL-terminated list of "Name: value"
+ * lines (may be NULL); body may be NULL (then no Content-Length) and is sent
+ * with body_len bytes (pass (size_t)-1 for strlen). Times out after 30 s.
+ */
+int http_do(int port, const char *method, const char *path, const char *const *headers,
+	    const char *body, size_t body_len, struct http_resp *out);
+/* Case-insensitive header lookup; returns a malloc'd value or NULL. */
+char *http_header(const struct http_resp *r, const char *name);
+void http_resp_free(struct http_resp *r);
+
+/* --- SQL on the test's database as superuser (or any url) --- */
+
+/* First column of the first row as a malloc'd string; NULL for SQL NULL
+ * or no rows. Fails the test on an SQL error. params may be NULL. */
+char *env_sql(struct saga_env *e, const char *sql, int nparams, const char *const *params);
+long long env_sql_ll(struct saga_env *e, const char *sql, int nparams,
+		     const char *const *params);
+/* Polls sql (no params) every 20 ms until its first value equals want,
+ * or timeout_ms passes; returns true when it matched. */
+bool env_wait_sql(struct saga_env *e, const char *sql, const char *want, int timeout_ms);
+
+/* Runs sql once on a new connection to url; returns the SQLSTATE of the
+ * error ("00000" on success) in a static buffer. */
+const char *sql_state_as(const char *url, const char *sql);
+
+#endif

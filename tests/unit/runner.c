@@ -1,0 +1,21 @@
+/* Runs every unit suite; the exit status says whether all passed. */
+#include <stdlib.h>
+
+#include "suites.h"
+
+int main(void)
+{
+	Suite *(*const factories[])(void) = {
+		backoff_suite, envcfg_suite, jsonx_suite, uuid_suite, fsm_suite, breaker_suite,
+	};
+	SRunner *sr = srunner_create(NULL);
+	size_t i;
+	int failed;
+
+	for (i = 0; i < sizeof(factories) / sizeof(factories[0]); i++)
+		srunner_add_suite(sr, factories[i]());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

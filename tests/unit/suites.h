@@ -1,0 +1,14 @@
+/* One Check suite factory per module; runner.c collects them. */
+#ifndef PGSAGA_TEST_SUITES_H
+#define PGSAGA_TEST_SUITES_H
+
+#include <check.h>
+
+Suite *backoff_suite(void);
+Suite *envcfg_suite(void);
+Suite *jsonx_suite(void);
+Suite *uuid_suite(void);
+Suite *fsm_suite(void);
+Suite *breaker_suite(void);
+
+#endif
