@@ -22,6 +22,16 @@ enum svc { SVC_ORCH = 0, SVC_PAY = 1, SVC_INV = 2, SVC_COUNT };
 void harness_cluster_start(void);
 void harness_cluster_stop(void);
 
+/* The cluster's private directory (service logs live there) and port. */
+const char *harness_cluster_dir(void);
+int harness_cluster_port(void);
+
+/* Stops the cluster (fast shutdown: clients are cut off) and starts it again
+ * on the same port with the same data, to test database outages. Services keep
+ * running. Callable from a test. */
+void harness_cluster_pause(void);
+void harness_cluster_resume(void);
+
 struct saga_env {
 	char dbname[64];
 	char admin_url[512];        /* superuser, this database */

@@ -25,6 +25,7 @@ struct cmd_ctx {
 	const struct command_type *type;
 	char command_id[UUID_STR_LEN];
 	char saga_id[UUID_STR_LEN];
+	char trace[33];
 };
 
 static struct metric_family *duplicates(void)
@@ -36,7 +37,8 @@ static struct metric_family *duplicates(void)
 static void handled(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct cmd_ctx *c = arg;
-	struct log_ctx lc = { .saga_id = c->saga_id, .message_id = c->command_id };
+	struct log_ctx lc = { .saga_id = c->saga_id, .message_id = c->command_id,
+			      .trace_id = c->trace[0] ? c->trace : NULL };
 
 	if (err->status != DB_OK) {
 		app_db_error(c->req, err, c->type->name);
@@ -48,7 +50,7 @@ static void handled(void *arg, PGresult *res, const struct db_error *err)
 		LOG_AT(LOG_DEBUG, &lc, "%s again: already handled", c->type->name);
 		app_reply(c->app, c->req, 200, "{\"duplicated\":true}");
 	} else {
-		LOG_AT(LOG_DEBUG, &lc, "%s handled: %s", c->type->name, PQgetvalue(res, 0, 0));
+		LOG_AT(LOG_INFO, &lc, "%s handled: %s", c->type->name, PQgetvalue(res, 0, 0));
 		outbox_kick(c->app->outbox);
 		app_reply(c->app, c->req, 200, "{\"duplicated\":false}");
 	}
@@ -119,6 +121,8 @@ static void run(struct evhttp_request *req, struct app *app, const char *tail)
 	params[0] = cid;
 	params[1] = sid;
 	params[2 + type->nextra] = trace_of(req, trace);
+	if (params[2 + type->nextra])
+		memcpy(c->trace, trace, sizeof(c->trace));
 	db_query(app->pool, type->sql, 3 + type->nextra, params, handled, c);
 	json_object_put(obj);
 }

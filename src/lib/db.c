@@ -60,6 +60,7 @@ struct db_pool {
 	char *options;
 	int size;
 	int up;      /* connections in IDLE or BUSY */
+	bool ever_up; /* until the first connect, queries wait instead of failing */
 	int busy;
 	int waiting;
 	struct req_queue queue;
@@ -171,7 +172,7 @@ static void conn_down(struct conn *c, const char *why)
 			c->pool->busy--;
 			req_finish(r, NULL, DB_UNAVAILABLE, NULL, why);
 		}
-		if (c->pool->up == 0)
+		if (c->pool->up == 0 && (c->pool->ever_up || c->failures > 1))
 			pool_fail_queue(c->pool, "database unavailable");
 	}
 }
@@ -192,6 +193,7 @@ static void conn_connected(struct conn *c)
 	}
 	if (c->pool) {
 		c->pool->up++;
+		c->pool->ever_up = true;
 		conn_idle(c);
 		pool_dispatch(c->pool);
 		return;
@@ -531,7 +533,7 @@ void db_query(struct db_pool *pool, const char *sql, int nparams, const char *co
 	r->params = pv;
 	r->cb = cb;
 	r->arg = arg;
-	if (pool->up == 0) {
+	if (pool->up == 0 && pool->ever_up) {
 		/* fail soon, but never from inside this call */
 		if (event_base_once(pool->base, -1, EV_TIMEOUT, unavailable_cb, r, NULL) != 0)
 			abort();

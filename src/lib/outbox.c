@@ -40,6 +40,15 @@ static const char fail_sql[] =
 	"       dead_at = CASE WHEN $4::bool THEN now() END, last_error = $5"
 	" WHERE message_id = $1";
 
+/* For the gauges; the partial indexes keep it cheap. */
+static const char stats_sql[] =
+	"SELECT (SELECT count(*) FROM outbox_messages"
+	"         WHERE processed_at IS NULL AND dead_at IS NULL),"
+	"       (SELECT count(*) FROM outbox_messages WHERE dead_at IS NOT NULL),"
+	"       coalesce((SELECT extract(epoch FROM now() - min(created_at))"
+	"                   FROM outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL),"
+	"                0)";
+
 static const char purge_sql[] = "SELECT purge_processed($1::int * interval '1 second', 500)";
 
 struct delivery {
@@ -69,6 +78,9 @@ struct outbox {
 	bool acking;
 	struct event *ack_ev;       /* fires once per loop turn with acks */
 	struct metric_family *attempts_total, *latency;
+	struct event *stats_timer;
+	bool stats_running;
+	struct metric_series *pending, *dead, *oldest;
 };
 
 static void claim(struct outbox *ob);
@@ -328,6 +340,28 @@ static void claim(struct outbox *ob)
 
 static void purge_cb(evutil_socket_t fd, short what, void *arg);
 
+static void stats_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct outbox *ob = arg;
+
+	ob->stats_running = false;
+	if (err->status != DB_OK)
+		return;
+	metric_set(ob->pending, atof(PQgetvalue(res, 0, 0)));
+	metric_set(ob->dead, atof(PQgetvalue(res, 0, 1)));
+	metric_set(ob->oldest, atof(PQgetvalue(res, 0, 2)));
+}
+
+static void stats_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct outbox *ob = arg;
+
+	if (ob->stats_running || ob->stopping)
+		return;
+	ob->stats_running = true;
+	db_query(ob->pool, stats_sql, 0, NULL, stats_done, ob);
+}
+
 static void purged(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct outbox *ob = arg;
@@ -380,14 +414,29 @@ struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
 	ob->timer = evtimer_new(base, timer_cb, ob);
 	ob->purge_timer = evtimer_new(base, purge_cb, ob);
 	ob->ack_ev = event_new(base, -1, 0, ack_ev_cb, ob);
+	ob->stats_timer = event_new(base, -1, EV_PERSIST, stats_cb, ob);
+	ob->pending = metrics_series(metrics_family("saga_outbox_pending",
+						    "Outbox rows not yet delivered (not dead)",
+						    METRIC_GAUGE), "");
+	ob->dead = metrics_series(metrics_family("saga_outbox_dead",
+						 "Outbox rows given up on (dead letters)",
+						 METRIC_GAUGE), "");
+	ob->oldest = metrics_series(metrics_family("saga_outbox_oldest_pending_seconds",
+						   "Age of the oldest undelivered outbox row",
+						   METRIC_GAUGE), "");
 	snprintf(channel, sizeof(channel), "%s_outbox", opts->schema);
 	ob->listen = db_listen_new(base, opts->conninfo, channel, kick_cb, kick_cb, ob);
-	if (!ob->timer || !ob->purge_timer || !ob->ack_ev || !ob->listen) {
+	if (!ob->timer || !ob->purge_timer || !ob->ack_ev || !ob->stats_timer || !ob->listen) {
 		outbox_free(ob);
 		return NULL;
 	}
 	wake_in(ob, ob->o.sweep_ms);
 	evtimer_add(ob->purge_timer, &purge_first);
+	{
+		struct timeval every = { 5, 0 };
+
+		evtimer_add(ob->stats_timer, &every);
+	}
 	return ob;
 }
 
@@ -396,6 +445,7 @@ void outbox_stop(struct outbox *ob)
 	ob->stopping = true;
 	evtimer_del(ob->timer);
 	evtimer_del(ob->purge_timer);
+	evtimer_del(ob->stats_timer);
 	db_listen_free(ob->listen);
 	ob->listen = NULL;
 }
@@ -403,7 +453,7 @@ void outbox_stop(struct outbox *ob)
 bool outbox_idle(const struct outbox *ob)
 {
 	return ob->stopping && !ob->claiming && ob->in_flight == 0 && ob->marking == 0 &&
-	       ob->nacks == 0;
+	       ob->nacks == 0 && !ob->stats_running;
 }
 
 void outbox_free(struct outbox *ob)
@@ -416,6 +466,8 @@ void outbox_free(struct outbox *ob)
 		event_free(ob->purge_timer);
 	if (ob->ack_ev)
 		event_free(ob->ack_ev);
+	if (ob->stats_timer)
+		event_free(ob->stats_timer);
 	db_listen_free(ob->listen);
 	free(ob->peers);
 	free(ob->acks);

@@ -294,7 +294,8 @@ static void get_order(struct evhttp_request *req, void *svc, const char *tail)
 static const char read_sql[] =
 	"SELECT state, version, compensation, customer_id, item_id, qty, amount,"
 	"       $2::uuid IS NOT NULL AND EXISTS (SELECT 1 FROM processed_messages"
-	"                                         WHERE message_id = $2::uuid)"
+	"                                         WHERE message_id = $2::uuid),"
+	"       trace_id"
 	"  FROM saga_instances WHERE saga_id = $1";
 
 static const char transition_sql[] =
@@ -311,6 +312,7 @@ struct transition {
 	enum saga_event ev;
 	char event_id[UUID_STR_LEN]; /* "" for StepTimeout */
 	char saga_id[UUID_STR_LEN];
+	char trace[33];
 	int tries;
 	const char *why;             /* OUT_IGNORED: reason */
 	struct db_error err;         /* OUT_DB_ERROR: copy without message */
@@ -341,7 +343,9 @@ static void transition_written(void *arg, PGresult *res, const struct db_error *
 		return;
 	}
 	char labels[96];
-	struct log_ctx lc = { .saga_id = t->saga_id, .message_id = t->event_id[0] ? t->event_id : NULL };
+	struct log_ctx lc = { .saga_id = t->saga_id,
+			      .message_id = t->event_id[0] ? t->event_id : NULL,
+			      .trace_id = t->trace[0] ? t->trace : NULL };
 
 	snprintf(labels, sizeof(labels), "from=\"%s\",to=\"%s\"", saga_state_name(t->from),
 		 saga_state_name(t->step.to));
@@ -383,6 +387,7 @@ static void transition_decide(void *arg, PGresult *res, const struct db_error *e
 		return;
 	}
 	t->from = (enum saga_state)st;
+	snprintf(t->trace, sizeof(t->trace), "%s", PQgetvalue(res, 0, 8));
 	if (!saga_next(t->from, (enum saga_undo)undo, t->ev, &t->step, &t->why)) {
 		t->done(t, OUT_IGNORED);
 		return;
