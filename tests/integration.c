@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -786,6 +790,151 @@ START_TEST(bad_input_changes_nothing)
 }
 END_TEST
 
+/* --- faults of the environment ----------------------------------------- */
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * The database goes away: services stay up, answer 503 with Retry-After at
+ * once (no request hangs), and come back by themselves.
+ */
+START_TEST(database_outage)
+{
+	char saga[UUID_STR_LEN];
+	struct http_resp r;
+	const char *body = "{\"customerId\":\"c-12\",\"itemId\":\"A001\",\"qty\":1,\"amount\":10}";
+
+	env_start_all(&env);
+	seed_stock("A001", 10);
+	new_order("c-12", "A001", 1, 10, saga);
+	ck_assert(wait_state(saga, "Completed"));
+
+	harness_cluster_pause();
+	for (int s = 0; s < SVC_COUNT; s++) {
+		long long t0 = mono_ms();
+		int status = 0;
+
+		/* the pool notices the closed connections as the server goes */
+		while (mono_ms() - t0 < 5000) {
+			ck_assert_int_eq(http_do(env.port[s], "GET", "/readyz", NULL, NULL, 0, &r),
+					 0);
+			status = r.status;
+			http_resp_free(&r);
+			if (status == 503)
+				break;
+			usleep(20 * 1000);
+		}
+		ck_assert_int_eq(status, 503);
+		ck_assert_int_eq(http_do(env.port[s], "GET", "/healthz", NULL, NULL, 0, &r), 0);
+		ck_assert_int_eq(r.status, 200);
+		http_resp_free(&r);
+	}
+	long long t0 = mono_ms();
+	ck_assert_int_eq(post_order("during-outage", body, &r), 503);
+	ck_assert_int_lt(mono_ms() - t0, 5000);
+	char *retry = http_header(&r, "Retry-After");
+	ck_assert_ptr_nonnull(retry);
+	free(retry);
+	ck_assert_ptr_nonnull(strstr(r.body, "database_unavailable"));
+	http_resp_free(&r);
+
+	harness_cluster_resume();
+	for (int s = 0; s < SVC_COUNT; s++) {
+		long long start = mono_ms();
+		int status = 0;
+
+		while (status != 200 && mono_ms() - start < WAIT_MS) {
+			ck_assert_int_eq(http_do(env.port[s], "GET", "/readyz", NULL, NULL, 0, &r),
+					 0);
+			status = r.status;
+			http_resp_free(&r);
+			usleep(50 * 1000);
+		}
+		ck_assert_int_eq(status, 200);
+	}
+	/* the same key again, now that the database is back */
+	ck_assert_int_eq(post_order("during-outage", body, &r), 201);
+	struct json_object *o = parse_body(&r);
+	ck_assert(wait_state(jstr(o, "sagaId"), "Completed"));
+	json_object_put(o);
+	http_resp_free(&r);
+}
+END_TEST
+
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/*
+ * Two instances of every service on one database: their dispatchers share
+ * the outboxes (SKIP LOCKED), peers are lists tried in turn, and one
+ * payment instance killed halfway is skipped. Each saga has its effects once.
+ */
+START_TEST(several_instances)
+{
+	enum { N = 30 };
+	struct saga_env b = env;
+	char pay[128], inv[128], orch[128], sagas[N][UUID_STR_LEN];
+
+	b.admin = NULL;
+	snprintf(b.dbname, sizeof(b.dbname), "%.50s_b", env.dbname);
+	for (int s = 0; s < SVC_COUNT; s++)
+		b.port[s] = free_port();
+	snprintf(pay, sizeof(pay), "PAYMENT_URL=http://127.0.0.1:%d,http://127.0.0.1:%d",
+		 env.port[SVC_PAY], b.port[SVC_PAY]);
+	snprintf(inv, sizeof(inv), "INVENTORY_URL=http://127.0.0.1:%d,http://127.0.0.1:%d",
+		 env.port[SVC_INV], b.port[SVC_INV]);
+	snprintf(orch, sizeof(orch), "ORCHESTRATOR_URL=http://127.0.0.1:%d,http://127.0.0.1:%d",
+		 env.port[SVC_ORCH], b.port[SVC_ORCH]);
+	/* a short lease: rows the killed instance had claimed come back soon */
+	const char *const peers[] = { pay, inv, orch, "BREAKER_FAILURES=2", "LEASE_MS=1000", NULL };
+
+	for (int s = 0; s < SVC_COUNT; s++) {
+		env_start(&env, s, peers);
+		env_start(&b, s, peers);
+	}
+	seed_stock("A001", 1000);
+	for (int i = 0; i < N; i++) {
+		struct saga_env *to = i % 2 ? &b : &env;
+		struct saga_env keep = env;
+
+		/* new_order posts to env's orchestrator: alternate by swapping ports */
+		env.port[SVC_ORCH] = to->port[SVC_ORCH];
+		new_order("c-13", "A001", 1, 10, sagas[i]);
+		env.port[SVC_ORCH] = keep.port[SVC_ORCH];
+		if (i == N / 2)
+			env_stop(&b, SVC_PAY, SIGKILL);
+	}
+	for (int i = 0; i < N; i++)
+		ck_assert(wait_state(sagas[i], "Completed"));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.payments", 0, NULL), N);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT balance FROM payment.accounts", 0, NULL),
+			 1000000 - 10 * N);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT available FROM inventory.stock", 0, NULL),
+			 1000 - N);
+	for (int s = 0; s < SVC_COUNT; s++)
+		if (b.pid[s])
+			env_stop(&b, s, SIGTERM);
+	env_destroy(&b);
+}
+END_TEST
+
 START_TEST(graceful_shutdown_exits_zero)
 {
 	env_start_all(&env);
@@ -825,6 +974,8 @@ static Suite *integration_suite(void)
 	tcase_add_test(delivery, outbox_redelivery);
 	tcase_add_test(delivery, lost_response_is_deduplicated);
 	tcase_add_test(delivery, graceful_shutdown_exits_zero);
+	tcase_add_test(delivery, database_outage);
+	tcase_add_test(delivery, several_instances);
 	tcase_add_test(sec, role_isolation);
 	tcase_add_test(sec, internal_endpoints_need_token);
 	tcase_add_test(sec, bad_input_changes_nothing);
