@@ -326,3 +326,28 @@ END
 $$;
 COMMENT ON FUNCTION purge_processed(interval, int) IS
 	'Retention: deletes up to p_limit delivered outbox rows and up to p_limit inbox rows older than p_older_than; returns rows deleted (call again until 0)';
+
+-- ---------------------------------------------------------------------------
+-- Acknowledgements
+-- ---------------------------------------------------------------------------
+-- The dispatcher marks delivered rows in batches. Such a mark need not
+-- survive a crash: a lost one only makes the row due again, and the receiver's
+-- inbox answers the copy as a duplicate. So it commits without waiting for its
+-- WAL flush, which takes one fsync per message off the hot path.
+
+CREATE FUNCTION outbox_ack(p_ids uuid[]) RETURNS integer
+	LANGUAGE plpgsql SECURITY INVOKER
+	SET search_path FROM CURRENT
+	AS $$
+DECLARE
+	v_n integer;
+BEGIN
+	PERFORM set_config('synchronous_commit', 'off', true);
+	UPDATE outbox_messages SET processed_at = now(), last_error = NULL
+	 WHERE message_id = ANY (p_ids) AND processed_at IS NULL;
+	GET DIAGNOSTICS v_n = ROW_COUNT;
+	RETURN v_n;
+END
+$$;
+COMMENT ON FUNCTION outbox_ack(uuid[]) IS
+	'Marks delivered outbox rows processed (asynchronous commit: a lost mark only causes a deduplicated redelivery); returns rows marked';

@@ -53,23 +53,28 @@ COMMENT ON COLUMN reservations.reason IS 'Why it was rejected: out_of_stock or u
 COMMENT ON COLUMN reservations.created_at IS 'When the row was written.';
 COMMENT ON COLUMN reservations.updated_at IS 'When its status last changed.';
 
-CREATE FUNCTION emit_event(p_type text, p_saga_id uuid, p_reason text, p_trace text)
-RETURNS void
+-- The answer to a command, in the outbox for the orchestrator, claimed at
+-- birth for p_lease_ms by the caller, which sends it at once.
+CREATE FUNCTION emit_event(p_type text, p_saga_id uuid, p_reason text, p_trace text,
+                           p_lease_ms int, OUT event_id uuid, OUT payload jsonb)
 LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-    INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id)
+    INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,
+                                 next_attempt_at)
     SELECT id, 'event', 'orchestrator', p_type,
            jsonb_strip_nulls(jsonb_build_object('eventId', id, 'sagaId', p_saga_id,
                                                 'reason', p_reason)),
-           p_trace
+           p_trace, now() + p_lease_ms * interval '1 millisecond'
       FROM gen_random_uuid() AS id
+    RETURNING message_id, payload
 $$;
-COMMENT ON FUNCTION emit_event(text, uuid, text, text) IS 'Writes an event for the orchestrator into the outbox.';
+COMMENT ON FUNCTION emit_event(text, uuid, text, text, int) IS 'Writes an event for the orchestrator into the outbox; returns its id and payload.';
 
 CREATE FUNCTION handle_reserve(p_command_id uuid, p_saga_id uuid, p_item_id text, p_qty int,
-                               p_trace text)
-RETURNS text
+                               p_trace text,
+                           p_lease_ms int, OUT result text, OUT event_id uuid,
+                           OUT payload jsonb)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -79,7 +84,8 @@ DECLARE
 BEGIN
     INSERT INTO processed_messages (message_id) VALUES (p_command_id) ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RETURN 'duplicate';
+        result := 'duplicate';
+        RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('inventory:' || p_saga_id::text, 0));
 
@@ -104,18 +110,22 @@ BEGIN
     END IF;
 
     IF v_status = 'reserved' THEN
-        PERFORM emit_event('InventoryReserved', p_saga_id, NULL, p_trace);
-        RETURN 'InventoryReserved';
+        SELECT e.event_id, e.payload INTO event_id, payload
+          FROM emit_event('InventoryReserved', p_saga_id, NULL, p_trace, p_lease_ms) e;
+        result := 'InventoryReserved';
+        RETURN;
     END IF;
-    PERFORM emit_event('InventoryReservationFailed', p_saga_id, v_reason, p_trace);
-    RETURN 'InventoryReservationFailed';
+    SELECT e.event_id, e.payload INTO event_id, payload
+      FROM emit_event('InventoryReservationFailed', p_saga_id, v_reason, p_trace, p_lease_ms) e;
+    result := 'InventoryReservationFailed';
 END
 $$;
-COMMENT ON FUNCTION handle_reserve(uuid, uuid, text, int, text)
+COMMENT ON FUNCTION handle_reserve(uuid, uuid, text, int, text, int)
     IS 'Handles a ReserveInventoryCommand once: inbox row, reservation (or rejection), and the answering event.';
 
-CREATE FUNCTION handle_release(p_command_id uuid, p_saga_id uuid, p_trace text)
-RETURNS text
+CREATE FUNCTION handle_release(p_command_id uuid, p_saga_id uuid, p_trace text,
+                           p_lease_ms int, OUT result text, OUT event_id uuid,
+                           OUT payload jsonb)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -124,7 +134,8 @@ DECLARE
 BEGIN
     INSERT INTO processed_messages (message_id) VALUES (p_command_id) ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RETURN 'duplicate';
+        result := 'duplicate';
+        RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('inventory:' || p_saga_id::text, 0));
 
@@ -138,9 +149,10 @@ BEGIN
         UPDATE reservations SET status = 'released', updated_at = now()
          WHERE saga_id = p_saga_id;
     END IF;
-    PERFORM emit_event('InventoryReleased', p_saga_id, NULL, p_trace);
-    RETURN 'InventoryReleased';
+    SELECT e.event_id, e.payload INTO event_id, payload
+      FROM emit_event('InventoryReleased', p_saga_id, NULL, p_trace, p_lease_ms) e;
+    result := 'InventoryReleased';
 END
 $$;
-COMMENT ON FUNCTION handle_release(uuid, uuid, text)
+COMMENT ON FUNCTION handle_release(uuid, uuid, text, int)
     IS 'Handles a ReleaseInventoryCommand once: releases a reservation at most once, or voids the saga''s reservation.';

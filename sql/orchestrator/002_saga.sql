@@ -93,7 +93,7 @@ CREATE FUNCTION saga_transition(p_event_id uuid, p_saga_id uuid, p_from text, p_
                                 p_to text, p_compensation text, p_cause text,
                                 p_deadline_ms bigint,
                                 p_out_id uuid, p_out_dest text, p_out_type text,
-                                p_out_payload jsonb)
+                                p_out_payload jsonb, p_lease_ms int)
 RETURNS text
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -125,13 +125,16 @@ BEGIN
     VALUES (p_saga_id, p_version + 1, p_from, p_to, p_cause, p_event_id);
 
     IF p_out_id IS NOT NULL THEN
-        INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id)
-        VALUES (p_out_id, 'command', p_out_dest, p_out_type, p_out_payload, v_trace);
+        -- claimed at birth by the caller, which sends it at once
+        INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,
+                                     next_attempt_at)
+        VALUES (p_out_id, 'command', p_out_dest, p_out_type, p_out_payload, v_trace,
+                now() + p_lease_ms * interval '1 millisecond');
     END IF;
     RETURN 'applied';
 END
 $$;
-COMMENT ON FUNCTION saga_transition(uuid, uuid, text, int, text, text, text, bigint, uuid, text, text, jsonb)
+COMMENT ON FUNCTION saga_transition(uuid, uuid, text, int, text, text, text, bigint, uuid, text, text, jsonb, int)
     IS 'Applies one saga transition guarded by state and version, with its inbox row, history row and outgoing command.';
 
 -- Expired idempotency keys, in small batches (called by the service).

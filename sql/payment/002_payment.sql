@@ -34,26 +34,30 @@ COMMENT ON COLUMN payments.reason IS 'Why it was declined.';
 COMMENT ON COLUMN payments.created_at IS 'When the row was written.';
 COMMENT ON COLUMN payments.updated_at IS 'When its status last changed.';
 
--- The answer to a command, in the outbox for the orchestrator.
-CREATE FUNCTION emit_event(p_type text, p_saga_id uuid, p_reason text, p_trace text)
-RETURNS void
+-- The answer to a command, in the outbox for the orchestrator, claimed at
+-- birth for p_lease_ms by the caller, which sends it at once.
+CREATE FUNCTION emit_event(p_type text, p_saga_id uuid, p_reason text, p_trace text,
+                           p_lease_ms int, OUT event_id uuid, OUT payload jsonb)
 LANGUAGE sql
 SET search_path FROM CURRENT
 AS $$
-    INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id)
+    INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,
+                                 next_attempt_at)
     SELECT id, 'event', 'orchestrator', p_type,
            jsonb_strip_nulls(jsonb_build_object('eventId', id, 'sagaId', p_saga_id,
                                                 'reason', p_reason)),
-           p_trace
+           p_trace, now() + p_lease_ms * interval '1 millisecond'
       FROM gen_random_uuid() AS id
+    RETURNING message_id, payload
 $$;
-COMMENT ON FUNCTION emit_event(text, uuid, text, text) IS 'Writes an event for the orchestrator into the outbox.';
+COMMENT ON FUNCTION emit_event(text, uuid, text, text, int) IS 'Writes an event for the orchestrator into the outbox; returns its id and payload.';
 
--- PayCommand. Returns 'duplicate' when the command was handled before,
--- else the type of the event it answered with.
+-- PayCommand. result is 'duplicate' when the command was handled before,
+-- else the type of the event it answered with (event_id, payload).
 CREATE FUNCTION handle_pay(p_command_id uuid, p_saga_id uuid, p_customer_id text,
-                           p_amount bigint, p_default_credit bigint, p_trace text)
-RETURNS text
+                           p_amount bigint, p_default_credit bigint, p_trace text,
+                           p_lease_ms int, OUT result text, OUT event_id uuid,
+                           OUT payload jsonb)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -63,7 +67,8 @@ DECLARE
 BEGIN
     INSERT INTO processed_messages (message_id) VALUES (p_command_id) ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RETURN 'duplicate';
+        result := 'duplicate';
+        RETURN;
     END IF;
     -- One saga's pay and refund never interleave, whatever their ids.
     PERFORM pg_advisory_xact_lock(hashtextextended('payment:' || p_saga_id::text, 0));
@@ -89,20 +94,24 @@ BEGIN
     END IF;
 
     IF v_status = 'captured' THEN
-        PERFORM emit_event('PaymentSucceeded', p_saga_id, NULL, p_trace);
-        RETURN 'PaymentSucceeded';
+        SELECT e.event_id, e.payload INTO event_id, payload
+          FROM emit_event('PaymentSucceeded', p_saga_id, NULL, p_trace, p_lease_ms) e;
+        result := 'PaymentSucceeded';
+        RETURN;
     END IF;
-    PERFORM emit_event('PaymentFailed', p_saga_id, v_reason, p_trace);
-    RETURN 'PaymentFailed';
+    SELECT e.event_id, e.payload INTO event_id, payload
+      FROM emit_event('PaymentFailed', p_saga_id, v_reason, p_trace, p_lease_ms) e;
+    result := 'PaymentFailed';
 END
 $$;
-COMMENT ON FUNCTION handle_pay(uuid, uuid, text, bigint, bigint, text)
+COMMENT ON FUNCTION handle_pay(uuid, uuid, text, bigint, bigint, text, int)
     IS 'Handles a PayCommand once: inbox row, charge (or decline), and the answering event.';
 
 -- RefundPaymentCommand: undo a capture; before any payment, leave a voided
 -- row so that a late PayCommand is declined.
-CREATE FUNCTION handle_refund(p_command_id uuid, p_saga_id uuid, p_trace text)
-RETURNS text
+CREATE FUNCTION handle_refund(p_command_id uuid, p_saga_id uuid, p_trace text,
+                           p_lease_ms int, OUT result text, OUT event_id uuid,
+                           OUT payload jsonb)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
@@ -111,7 +120,8 @@ DECLARE
 BEGIN
     INSERT INTO processed_messages (message_id) VALUES (p_command_id) ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
-        RETURN 'duplicate';
+        result := 'duplicate';
+        RETURN;
     END IF;
     PERFORM pg_advisory_xact_lock(hashtextextended('payment:' || p_saga_id::text, 0));
 
@@ -124,9 +134,10 @@ BEGIN
         UPDATE payments SET status = 'refunded', updated_at = now()
          WHERE saga_id = p_saga_id;
     END IF;
-    PERFORM emit_event('PaymentRefunded', p_saga_id, NULL, p_trace);
-    RETURN 'PaymentRefunded';
+    SELECT e.event_id, e.payload INTO event_id, payload
+      FROM emit_event('PaymentRefunded', p_saga_id, NULL, p_trace, p_lease_ms) e;
+    result := 'PaymentRefunded';
 END
 $$;
-COMMENT ON FUNCTION handle_refund(uuid, uuid, text)
+COMMENT ON FUNCTION handle_refund(uuid, uuid, text, int)
     IS 'Handles a RefundPaymentCommand once: refunds a capture at most once, or voids the saga''s payment.';

@@ -32,9 +32,9 @@ static const char *no_fields(struct json_object *obj, const char *extra[COMMAND_
 }
 
 static const struct command_type commands[] = {
-	{ "ReserveInventoryCommand", "SELECT handle_reserve($1, $2, $3, $4::int, $5)", 2,
+	{ "ReserveInventoryCommand", "SELECT * FROM handle_reserve($1, $2, $3, $4::int, $5, $6::int)", 2,
 	  reserve_fields },
-	{ "ReleaseInventoryCommand", "SELECT handle_release($1, $2, $3)", 0, no_fields },
+	{ "ReleaseInventoryCommand", "SELECT * FROM handle_release($1, $2, $3, $4::int)", 0, no_fields },
 };
 
 static void post_command(struct evhttp_request *req, void *svc, const char *tail)

@@ -50,8 +50,11 @@ static void handled(void *arg, PGresult *res, const struct db_error *err)
 		LOG_AT(LOG_DEBUG, &lc, "%s again: already handled", c->type->name);
 		app_reply(c->app, c->req, 200, "{\"duplicated\":true}");
 	} else {
-		LOG_AT(LOG_INFO, &lc, "%s handled: %s", c->type->name, PQgetvalue(res, 0, 0));
-		outbox_kick(c->app->outbox);
+		const char *event = PQgetvalue(res, 0, 0);
+
+		LOG_AT(LOG_INFO, &lc, "%s handled: %s", c->type->name, event);
+		outbox_send(c->app->outbox, PQgetvalue(res, 0, 1), "event", "orchestrator", event,
+			    PQgetvalue(res, 0, 2), c->trace[0] ? c->trace : NULL);
 		app_reply(c->app, c->req, 200, "{\"duplicated\":false}");
 	}
 	free(c);
@@ -78,7 +81,7 @@ static const char *trace_of(struct evhttp_request *req, char out[33])
 static void run(struct evhttp_request *req, struct app *app, const char *tail)
 {
 	const struct command_type *type = NULL;
-	const char *params[3 + COMMAND_MAX_EXTRA], *bad = NULL, *cid, *sid;
+	const char *params[4 + COMMAND_MAX_EXTRA], *bad = NULL, *cid, *sid;
 	char buf[COMMAND_MAX_EXTRA][32], err[128], trace[33];
 	struct json_object *obj;
 	struct cmd_ctx *c;
@@ -123,7 +126,8 @@ static void run(struct evhttp_request *req, struct app *app, const char *tail)
 	params[2 + type->nextra] = trace_of(req, trace);
 	if (params[2 + type->nextra])
 		memcpy(c->trace, trace, sizeof(c->trace));
-	db_query(app->pool, type->sql, 3 + type->nextra, params, handled, c);
+	params[3 + type->nextra] = outbox_lease_ms(app->outbox);
+	db_query(app->pool, type->sql, 4 + type->nextra, params, handled, c);
 	json_object_put(obj);
 }
 

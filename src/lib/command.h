@@ -4,7 +4,8 @@
  * the body: commandId and sagaId (UUIDs) plus the type's own fields; then
  * one call of the type's SQL function, which records the command in the
  * inbox, does the effect and writes the answering event to the outbox in
- * one transaction. It returns 'duplicate' when the command was seen before.
+ * one transaction, claimed for the lease; the event is then sent at once
+ * (outbox_send).
  */
 #ifndef PGSAGA_COMMAND_H
 #define PGSAGA_COMMAND_H
@@ -20,8 +21,9 @@ struct evhttp_request;
 struct command_type {
 	const char *name; /* "PayCommand" */
 	/*
-	 * The statement: $1 commandId, $2 sagaId, $3.. the extra fields,
-	 * then the trace id. Returns one text value.
+	 * The statement: $1 commandId, $2 sagaId, $3.. the extra fields, then
+	 * the trace id and the lease in ms. Returns one row: the event type
+	 * (or 'duplicate'), the event's id and its payload.
 	 */
 	const char *sql;
 	int nextra;

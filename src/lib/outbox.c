@@ -28,9 +28,7 @@ static const char claim_sql[] =
 	" RETURNING o.message_id, o.kind, o.destination, o.type, o.payload::text,"
 	"           o.attempt_count, o.trace_id";
 
-static const char ack_sql[] =
-	"UPDATE outbox_messages SET processed_at = now(), last_error = NULL"
-	" WHERE message_id = ANY($1::uuid[])";
+static const char ack_sql[] = "SELECT outbox_ack($1::uuid[])";
 
 /* $2 attempts to add, $3 delay, $4 dead, $5 error */
 static const char fail_sql[] =
@@ -66,6 +64,7 @@ struct outbox {
 	struct db_pool *pool;
 	struct db_listen *listen;
 	struct outbox_opts o;
+	char lease[16];
 	struct outbox_peer *peers;
 	int npeers;
 	bool claiming, again, stopping;
@@ -252,14 +251,14 @@ static struct httpc_peer *peer_for(struct outbox *ob, const char *destination)
 	return NULL;
 }
 
-static void deliver_row(struct outbox *ob, PGresult *res, int i)
+/* Sends one message; its row is claimed (leased) already. */
+static void deliver(struct outbox *ob, const char *id, const char *kind, const char *dest,
+		    const char *type, const char *payload, size_t len, int attempts,
+		    const char *trace)
 {
-	const char *id = PQgetvalue(res, i, 0), *kind = PQgetvalue(res, i, 1),
-		   *dest = PQgetvalue(res, i, 2), *type = PQgetvalue(res, i, 3),
-		   *trace = db_val(res, i, 6);
 	struct httpc_peer *peer = peer_for(ob, dest);
 	struct delivery *d = calloc(1, sizeof(*d));
-	char path[128], auth[300], traceparent[64], span[UUID_STR_LEN];
+	char path[128], auth[300], traceparent[64], span[UUID_STR_LEN], l[80];
 	const char *headers[5] = { "Authorization", auth, NULL, NULL, NULL };
 
 	if (!d)
@@ -267,24 +266,18 @@ static void deliver_row(struct outbox *ob, PGresult *res, int i)
 	d->ob = ob;
 	snprintf(d->id, sizeof(d->id), "%s", id);
 	snprintf(d->type, sizeof(d->type), "%s", type);
-	d->attempts = atoi(PQgetvalue(res, i, 5));
+	d->attempts = attempts;
 	clock_gettime(CLOCK_MONOTONIC, &d->start);
 	ob->in_flight++;
+	d->peer = peer ? httpc_name(peer) : "unknown";
+	snprintf(l, sizeof(l), "peer=\"%s\"", d->peer);
+	d->latency = metrics_series(ob->latency, l);
 	if (!peer) {
 		/* a destination nobody configured: nothing to wait for */
 		struct httpc_result r = { .status = 400, .error = "unknown destination",
 					  .retry_after_ms = -1, .instance = dest };
-		d->peer = "unknown";
-		d->latency = metrics_series(ob->latency, "peer=\"unknown\"");
 		delivered(d, &r);
 		return;
-	}
-	d->peer = httpc_name(peer);
-	{
-		char l[80];
-
-		snprintf(l, sizeof(l), "peer=\"%s\"", d->peer);
-		d->latency = metrics_series(ob->latency, l);
 	}
 	snprintf(path, sizeof(path), "/%s/%s", strcmp(kind, "command") == 0 ? "commands" : "events",
 		 type);
@@ -297,8 +290,13 @@ static void deliver_row(struct outbox *ob, PGresult *res, int i)
 		headers[2] = "traceparent";
 		headers[3] = traceparent;
 	}
-	httpc_post(peer, path, PQgetvalue(res, i, 4), (size_t)PQgetlength(res, i, 4), headers,
-		   delivered, d);
+	httpc_post(peer, path, payload, len, headers, delivered, d);
+}
+
+void outbox_send(struct outbox *ob, const char *id, const char *kind, const char *dest,
+		 const char *type, const char *payload, const char *trace)
+{
+	deliver(ob, id, kind, dest, type, payload, strlen(payload), 0, trace);
 }
 
 static void claimed(void *arg, PGresult *res, const struct db_error *err)
@@ -314,7 +312,10 @@ static void claimed(void *arg, PGresult *res, const struct db_error *err)
 	}
 	n = PQntuples(res);
 	for (int i = 0; i < n; i++)
-		deliver_row(ob, res, i);
+		deliver(ob, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
+			PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
+			(size_t)PQgetlength(res, i, 4), atoi(PQgetvalue(res, i, 5)),
+			db_val(res, i, 6));
 	if ((n == ob->o.batch || ob->again) && !ob->stopping) {
 		ob->again = false;
 		outbox_kick(ob);
@@ -323,15 +324,14 @@ static void claimed(void *arg, PGresult *res, const struct db_error *err)
 
 static void claim(struct outbox *ob)
 {
-	char batch[16], lease[16];
+	char batch[16];
 	int room = 4 * ob->o.batch - ob->in_flight;
 
 	/* enough in flight already; each completion kicks again */
 	if (room <= 0)
 		return;
 	snprintf(batch, sizeof(batch), "%d", room < ob->o.batch ? room : ob->o.batch);
-	snprintf(lease, sizeof(lease), "%d", ob->o.lease_ms);
-	const char *params[2] = { batch, lease };
+	const char *params[2] = { batch, ob->lease };
 
 	ob->claiming = true;
 	ob->again = false;
@@ -398,6 +398,7 @@ struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
 	ob->base = base;
 	ob->pool = pool;
 	ob->o = *opts;
+	snprintf(ob->lease, sizeof(ob->lease), "%d", opts->lease_ms);
 	ob->peers = calloc((size_t)npeers + 1, sizeof(*peers));
 	if (!ob->peers) {
 		outbox_free(ob);
@@ -438,6 +439,11 @@ struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
 		evtimer_add(ob->stats_timer, &every);
 	}
 	return ob;
+}
+
+const char *outbox_lease_ms(const struct outbox *ob)
+{
+	return ob->lease;
 }
 
 void outbox_stop(struct outbox *ob)

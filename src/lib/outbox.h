@@ -52,6 +52,19 @@ struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
 /* Wake the dispatcher: this process just committed an outbox row. */
 void outbox_kick(struct outbox *ob);
 
+/*
+ * Delivers a row this process has just committed with next_attempt_at a
+ * lease ahead (outbox_lease_ms): the writer claims its own rows at birth, so
+ * the hot path needs no claiming statement and no wake-up. If the process
+ * dies first, the row is delivered by whoever sweeps after the lease.
+ * The strings are copied.
+ */
+void outbox_send(struct outbox *ob, const char *id, const char *kind, const char *dest,
+		 const char *type, const char *payload, const char *trace);
+
+/* The lease, as text for a statement parameter (milliseconds). */
+const char *outbox_lease_ms(const struct outbox *ob);
+
 /* Stop claiming; deliveries in flight finish and their marks are written. */
 void outbox_stop(struct outbox *ob);
 /* True once stopped and nothing is in flight. */

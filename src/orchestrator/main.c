@@ -70,8 +70,10 @@ static const char create_sql[] =
 	"  INSERT INTO saga_history (saga_id, version, from_state, to_state, cause)"
 	"  SELECT saga_id, 1, NULL, 'PendingPayment', 'OrderPlaced' FROM s),"
 	" o AS ("
-	"  INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id)"
-	"  SELECT $12, 'command', 'payment', 'PayCommand', $13::jsonb, $11 FROM s)"
+	"  INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,"
+	"                               next_attempt_at)"
+	"  SELECT $12, 'command', 'payment', 'PayCommand', $13::jsonb, $11,"
+	"         now() + $14::int * interval '1 millisecond' FROM s)"
 	"SELECT rec.saga_id = $3::uuid,"
 	"       rec.request_hash = encode(sha256(convert_to($2, 'UTF8')), 'hex'),"
 	"       rec.status, jsonb_set(rec.response, '{duplicated}', 'true')::text, rec.saga_id"
@@ -80,7 +82,9 @@ static const char create_sql[] =
 struct order_ctx {
 	struct evhttp_request *req;
 	char saga_id[UUID_STR_LEN];
+	char cmd_id[UUID_STR_LEN];
 	char response[160];
+	char payload[320];
 	char trace[33];
 };
 
@@ -166,7 +170,9 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 		metrics_inc(O.started, "", 1);
 		metrics_inc(O.transitions, "from=\"\",to=\"PendingPayment\"", 1);
 		LOG_AT(LOG_INFO, &lc, "order accepted");
-		outbox_kick(O.app.outbox);
+		/* the PayCommand row was written claimed: send it now */
+		outbox_send(O.app.outbox, c->cmd_id, "command", "payment", "PayCommand", c->payload,
+			    c->trace);
 		httpd_reply(req, 201, c->response);
 	} else {
 		evhttp_add_header(out, "Idempotent-Replayed", "true");
@@ -178,8 +184,7 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 {
 	const char *kh = httpd_header(req, "Idempotency-Key");
-	char key[256], err[128], cmd_id[UUID_STR_LEN], payload[320], qty_s[24], amount_s[24],
-		ttl_s[24], step_s[24];
+	char key[256], err[128], qty_s[24], amount_s[24], ttl_s[24], step_s[24];
 	const char *customer, *item, *bad = NULL;
 	int64_t qty, amount;
 	struct json_object *obj;
@@ -229,23 +234,23 @@ static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 		abort();
 	c->req = req;
 	uuid_new(c->saga_id);
-	uuid_new(cmd_id);
+	uuid_new(c->cmd_id);
 	trace_id_of(req, c->trace);
 	snprintf(c->response, sizeof(c->response),
 		 "{\"sagaId\":\"%s\",\"state\":\"PendingPayment\",\"duplicated\":false}",
 		 c->saga_id);
 	/* ids match [A-Za-z0-9_-]{1,64}: nothing to escape */
-	snprintf(payload, sizeof(payload),
+	snprintf(c->payload, sizeof(c->payload),
 		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"%s\",\"amount\":%lld}",
-		 cmd_id, c->saga_id, customer, (long long)amount);
+		 c->cmd_id, c->saga_id, customer, (long long)amount);
 	snprintf(qty_s, sizeof(qty_s), "%lld", (long long)qty);
 	snprintf(amount_s, sizeof(amount_s), "%lld", (long long)amount);
 	snprintf(ttl_s, sizeof(ttl_s), "%lld", (long long)O.idempotency_ttl_s);
 	snprintf(step_s, sizeof(step_s), "%lld", (long long)O.step_timeout_ms);
-	const char *params[13] = { key,	  canon,  c->saga_id, c->response, ttl_s,
-				   customer, item,   qty_s,      amount_s,    step_s,
-				   c->trace, cmd_id, payload };
-	db_query(O.app.pool, create_sql, 13, params, order_done, c);
+	const char *params[14] = { key,	  canon,     c->saga_id, c->response, ttl_s,
+				   customer, item,	     qty_s,	 amount_s,    step_s,
+				   c->trace, c->cmd_id, c->payload, outbox_lease_ms(O.app.outbox) };
+	db_query(O.app.pool, create_sql, 14, params, order_done, c);
 	free(canon);
 	json_object_put(obj);
 }
@@ -300,7 +305,7 @@ static const char read_sql[] =
 
 static const char transition_sql[] =
 	"SELECT saga_transition($1, $2, $3, $4::int, $5, $6, $7, $8::bigint, $9, $10, $11,"
-	"                       $12::jsonb)";
+	"                       $12::jsonb, $13::int)";
 
 enum outcome { OUT_APPLIED, OUT_DUPLICATE, OUT_IGNORED, OUT_NOT_FOUND, OUT_DB_ERROR };
 
@@ -318,6 +323,8 @@ struct transition {
 	struct db_error err;         /* OUT_DB_ERROR: copy without message */
 	struct saga_step step;
 	enum saga_state from;
+	char cmd_id[UUID_STR_LEN];
+	char payload[320];
 	void (*done)(struct transition *t, enum outcome o);
 	struct evhttp_request *req;  /* events only */
 };
@@ -353,14 +360,17 @@ static void transition_written(void *arg, PGresult *res, const struct db_error *
 	LOG_AT(LOG_INFO, &lc, "%s -> %s on %s", saga_state_name(t->from),
 	       saga_state_name(t->step.to), saga_event_name(t->ev));
 	if (t->step.command != SAGA_CMD_NONE)
-		outbox_kick(O.app.outbox);
+		outbox_send(O.app.outbox, t->cmd_id, "command",
+			    saga_command_destination(t->step.command),
+			    saga_command_name(t->step.command), t->payload,
+			    t->trace[0] ? t->trace : NULL);
 	t->done(t, OUT_APPLIED);
 }
 
 static void transition_decide(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct transition *t = arg;
-	char version_s[16], deadline_s[24], cmd_id[UUID_STR_LEN], payload[320];
+	char version_s[16], deadline_s[24];
 	const char *cmd_name;
 	int st, undo, version;
 
@@ -393,21 +403,21 @@ static void transition_decide(void *arg, PGresult *res, const struct db_error *e
 		return;
 	}
 	cmd_name = saga_command_name(t->step.command);
-	payload[0] = '\0';
+	t->payload[0] = '\0';
 	if (cmd_name) {
-		uuid_new(cmd_id);
+		uuid_new(t->cmd_id);
 		if (t->step.command == SAGA_CMD_RESERVE)
-			snprintf(payload, sizeof(payload),
+			snprintf(t->payload, sizeof(t->payload),
 				 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"itemId\":\"%s\","
 				 "\"qty\":%s}",
-				 cmd_id, t->saga_id, PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 5));
+				 t->cmd_id, t->saga_id, PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 5));
 		else
-			snprintf(payload, sizeof(payload),
-				 "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}", cmd_id, t->saga_id);
+			snprintf(t->payload, sizeof(t->payload),
+				 "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}", t->cmd_id, t->saga_id);
 	}
 	snprintf(version_s, sizeof(version_s), "%d", version);
 	snprintf(deadline_s, sizeof(deadline_s), "%lld", (long long)O.step_timeout_ms);
-	const char *params[12] = {
+	const char *params[13] = {
 		t->event_id[0] ? t->event_id : NULL,
 		t->saga_id,
 		saga_state_name(t->from),
@@ -416,12 +426,13 @@ static void transition_decide(void *arg, PGresult *res, const struct db_error *e
 		saga_undo_name(t->step.undo),
 		saga_event_name(t->ev),
 		t->step.deadline ? deadline_s : NULL,
-		cmd_name ? cmd_id : NULL,
+		cmd_name ? t->cmd_id : NULL,
 		saga_command_destination(t->step.command),
 		cmd_name,
-		cmd_name ? payload : NULL,
+		cmd_name ? t->payload : NULL,
+		outbox_lease_ms(O.app.outbox),
 	};
-	db_query(O.app.pool, transition_sql, 12, params, transition_written, t);
+	db_query(O.app.pool, transition_sql, 13, params, transition_written, t);
 }
 
 static void transition_read(struct transition *t)

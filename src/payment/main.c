@@ -35,9 +35,9 @@ static const char *no_fields(struct json_object *obj, const char *extra[COMMAND_
 }
 
 static const struct command_type commands[] = {
-	{ "PayCommand", "SELECT handle_pay($1, $2, $3, $4::bigint, $5::bigint, $6)", 3,
+	{ "PayCommand", "SELECT * FROM handle_pay($1, $2, $3, $4::bigint, $5::bigint, $6, $7::int)", 3,
 	  pay_fields },
-	{ "RefundPaymentCommand", "SELECT handle_refund($1, $2, $3)", 0, no_fields },
+	{ "RefundPaymentCommand", "SELECT * FROM handle_refund($1, $2, $3, $4::int)", 0, no_fields },
 };
 
 static void post_command(struct evhttp_request *req, void *svc, const char *tail)
