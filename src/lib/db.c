@@ -27,8 +27,30 @@ enum conn_state {
 	CONN_CONNECTING, /* PQconnectPoll until OK */
 	CONN_SETUP,      /* LISTEN sent, waiting for its result (listen only) */
 	CONN_IDLE,       /* watching for EOF or notifications */
+	CONN_PREPARING,  /* PQsendPrepare of the request's statement is out */
 	CONN_BUSY,       /* a statement is out, flushing and reading */
 };
+
+/*
+ * Statements are prepared on each connection the first time it runs them,
+ * named after their slot here, and found again by the address of their text
+ * (services pass literals), which saves the server parsing and planning the
+ * same text for every saga. Single-threaded, like the event loop.
+ */
+#define MAX_PREPARED 64
+static const char *prepared_sql[MAX_PREPARED];
+static int nprepared;
+
+static int prepared_slot(const char *sql)
+{
+	for (int i = 0; i < nprepared; i++)
+		if (prepared_sql[i] == sql)
+			return i;
+	if (nprepared == MAX_PREPARED)
+		return -1;
+	prepared_sql[nprepared] = sql;
+	return nprepared++;
+}
 
 struct db_req {
 	TAILQ_ENTRY(db_req) link;
@@ -50,6 +72,7 @@ struct conn {
 	short armed_what;
 	struct db_req *req;   /* while CONN_BUSY (pool only) */
 	PGresult *res;        /* the statement's result, until ReadyForQuery */
+	uint64_t prepared;    /* prepared_slot bits prepared on this connection */
 	struct db_pool *pool; /* NULL for a listen connection */
 	struct db_listen *listen;
 };
@@ -80,6 +103,7 @@ static void conn_event_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_start(struct conn *c);
 static void pool_dispatch(struct db_pool *pool);
+static void conn_send(struct conn *c, struct db_req *r);
 
 static struct event_base *conn_base(const struct conn *c)
 {
@@ -148,7 +172,7 @@ static void pool_fail_queue(struct db_pool *pool, const char *why)
  */
 static void conn_down(struct conn *c, const char *why)
 {
-	bool was_up = c->state == CONN_IDLE || c->state == CONN_BUSY;
+	bool was_up = c->state == CONN_IDLE || c->state == CONN_BUSY || c->state == CONN_PREPARING;
 	struct db_req *r = c->req;
 
 	if (c->state != CONN_CONNECTING || c->failures == 0)
@@ -161,6 +185,7 @@ static void conn_down(struct conn *c, const char *why)
 		PQfinish(c->pg);
 	c->pg = NULL;
 	c->req = NULL;
+	c->prepared = 0;
 	c->state = CONN_DOWN;
 	c->failures++;
 	conn_timer(c, backoff_delay_ms(RECONNECT_BASE_MS, RECONNECT_CAP_MS, c->failures,
@@ -295,6 +320,14 @@ static void conn_finish_busy(struct conn *c)
 		conn_down(c, PQerrorMessage(c->pg));
 		return;
 	}
+	if (c->state == CONN_PREPARING && res && PQresultStatus(res) == PGRES_COMMAND_OK) {
+		PQclear(res);
+		c->prepared |= UINT64_C(1) << prepared_slot(r->sql);
+		c->req = NULL;
+		c->pool->busy--;
+		conn_send(c, r);
+		return;
+	}
 	c->req = NULL;
 	c->pool->busy--;
 	conn_idle(c);
@@ -347,6 +380,7 @@ static void conn_event_cb(evutil_socket_t fd, short what, void *arg)
 			conn_down(c, "connection closed");
 		return;
 	case CONN_SETUP:
+	case CONN_PREPARING:
 	case CONN_BUSY:
 		if (what & EV_WRITE) {
 			int f = PQflush(c->pg);
@@ -360,10 +394,10 @@ static void conn_event_cb(evutil_socket_t fd, short what, void *arg)
 		if (what & EV_READ) {
 			if (!conn_consume(c))
 				return;
-			if (c->state == CONN_BUSY)
-				conn_finish_busy(c);
-			else
+			if (c->state == CONN_SETUP)
 				conn_finish_setup(c);
+			else
+				conn_finish_busy(c);
 		}
 		return;
 	case CONN_DOWN:
@@ -383,6 +417,7 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 		conn_down(c, "connect timed out");
 		return;
 	case CONN_SETUP:
+	case CONN_PREPARING:
 	case CONN_BUSY:
 		conn_down(c, "statement timed out");
 		return;
@@ -411,17 +446,28 @@ static void conn_fini(struct conn *c)
 
 static void conn_send(struct conn *c, struct db_req *r)
 {
-	int f;
+	int slot = prepared_slot(r->sql), f, ok;
+	char name[16];
 
-	if (!PQsendQueryParams(c->pg, r->sql, r->nparams, NULL, (const char *const *)r->params,
-			       NULL, NULL, 0)) {
+	snprintf(name, sizeof(name), "s%d", slot);
+	if (slot < 0) {
+		ok = PQsendQueryParams(c->pg, r->sql, r->nparams, NULL,
+				       (const char *const *)r->params, NULL, NULL, 0);
+	} else if (c->prepared & (UINT64_C(1) << slot)) {
+		ok = PQsendQueryPrepared(c->pg, name, r->nparams, (const char *const *)r->params,
+					 NULL, NULL, 0);
+	} else {
+		ok = PQsendPrepare(c->pg, name, r->sql, r->nparams, NULL);
+	}
+	if (!ok) {
 		TAILQ_INSERT_HEAD(&c->pool->queue, r, link);
 		c->pool->waiting++;
 		conn_down(c, PQerrorMessage(c->pg));
 		return;
 	}
+	c->state = slot >= 0 && !(c->prepared & (UINT64_C(1) << slot)) ? CONN_PREPARING
+									: CONN_BUSY;
 	c->req = r;
-	c->state = CONN_BUSY;
 	c->pool->busy++;
 	conn_timer(c, QUERY_TIMEOUT_MS);
 	f = PQflush(c->pg);
