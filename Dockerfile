@@ -1,0 +1,63 @@
+# One image for the three pgsaga services; the command picks the service:
+#
+#   docker build -t pgsaga .
+#   docker run --rm pgsaga saga-payment --help
+#
+# Stage 1 builds with meson on Debian bookworm. Stage 2 is bookworm-slim with
+# only the three runtime libraries (libpq5, libevent-2.1-7, libjson-c5), the
+# three binaries and a health check script, run as an unprivileged user.
+# Migrations are compiled into the binaries, so nothing else is copied.
+
+FROM debian:bookworm AS build
+
+RUN apt-get update \
+	&& apt-get install -y --no-install-recommends \
+		build-essential meson ninja-build pkg-config python3 \
+		libpq-dev libevent-dev libjson-c-dev check \
+	&& rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+# The top meson.build names tests/ as a subdir, so its meson.build files must
+# be here even though only the three services are built.
+COPY meson.build meson_options.txt ./
+COPY sql/ sql/
+COPY src/ src/
+COPY tests/ tests/
+
+RUN meson setup /build --buildtype=release \
+	&& meson compile -C /build saga-orchestrator saga-payment saga-inventory \
+	&& install -D -s -m 0755 -t /out \
+		/build/src/orchestrator/saga-orchestrator \
+		/build/src/payment/saga-payment \
+		/build/src/inventory/saga-inventory
+
+
+FROM debian:bookworm-slim
+
+RUN apt-get update \
+	&& apt-get install -y --no-install-recommends libpq5 libevent-2.1-7 libjson-c5 \
+	&& rm -rf /var/lib/apt/lists/* \
+	&& groupadd --system --gid 10001 saga \
+	&& useradd --system --uid 10001 --gid saga --no-create-home \
+		--home-dir /nonexistent --shell /usr/sbin/nologin saga
+
+COPY --from=build /out/ /usr/local/bin/
+# bookworm-slim has no curl or wget: the health check is a few lines of bash
+# speaking HTTP/1.0 over /dev/tcp (see the script).
+COPY docker/healthcheck.sh /usr/local/bin/saga-healthcheck
+RUN chmod 0755 /usr/local/bin/saga-healthcheck
+
+# A service's own default address is 127.0.0.1:808x, unreachable from
+# outside a container: listen on all interfaces unless told otherwise.
+ENV LISTEN_ADDR=0.0.0.0:8080
+EXPOSE 8080 8081 8082
+
+# Numeric, so that runAsNonRoot-style checks can verify it without /etc/passwd.
+USER 10001:10001
+
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
+	CMD ["saga-healthcheck"]
+
+# SIGTERM drains in-flight work and exits 0 (up to 10 s).
+STOPSIGNAL SIGTERM
+CMD ["saga-orchestrator"]
