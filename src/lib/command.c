@@ -60,24 +60,6 @@ static void handled(void *arg, PGresult *res, const struct db_error *err)
 	free(c);
 }
 
-/* The trace id of an incoming W3C traceparent, or NULL. */
-static const char *trace_of(struct evhttp_request *req, char out[33])
-{
-	const char *tp = httpd_header(req, "traceparent");
-
-	if (!tp || strlen(tp) != 55 || tp[2] != '-' || tp[35] != '-')
-		return NULL;
-	for (int i = 0; i < 32; i++) {
-		char ch = tp[3 + i];
-
-		if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
-			return NULL;
-	}
-	memcpy(out, tp + 3, 32);
-	out[32] = '\0';
-	return out;
-}
-
 static void run(struct evhttp_request *req, struct app *app, const char *tail)
 {
 	const struct command_type *type = NULL;
@@ -123,9 +105,12 @@ static void run(struct evhttp_request *req, struct app *app, const char *tail)
 	snprintf(c->saga_id, sizeof(c->saga_id), "%s", sid);
 	params[0] = cid;
 	params[1] = sid;
-	params[2 + type->nextra] = trace_of(req, trace);
-	if (params[2 + type->nextra])
+	if (httpd_trace_id(httpd_header(req, "traceparent"), trace)) {
 		memcpy(c->trace, trace, sizeof(c->trace));
+		params[2 + type->nextra] = c->trace;
+	} else {
+		params[2 + type->nextra] = NULL;
+	}
 	params[3 + type->nextra] = outbox_lease_ms(app->outbox);
 	db_query(app->pool, type->sql, 4 + type->nextra, params, handled, c);
 	json_object_put(obj);

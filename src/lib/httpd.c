@@ -127,6 +127,47 @@ const char *httpd_header(struct evhttp_request *req, const char *name)
 	return evhttp_find_header(evhttp_request_get_input_headers(req), name);
 }
 
+static bool lower_hex(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+			return false;
+	return true;
+}
+
+bool httpd_trace_id(const char *tp, char out[33])
+{
+	if (!tp || strlen(tp) != 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
+	    !lower_hex(tp, 2) || !lower_hex(tp + 3, 32) || !lower_hex(tp + 36, 16) ||
+	    !lower_hex(tp + 53, 2) || strspn(tp + 3, "0") >= 32)
+		return false;
+	memcpy(out, tp + 3, 32);
+	out[32] = '\0';
+	return true;
+}
+
+bool httpd_idempotency_key(const char *h, char *out, size_t outlen)
+{
+	size_t n = strlen(h);
+	bool quoted = n >= 2 && h[0] == '"' && h[n - 1] == '"';
+
+	if (quoted) {
+		h++;
+		n -= 2;
+	}
+	if (n < 1 || n > 255 || n >= outlen)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)h[i];
+
+		if (c < 0x21 || c > 0x7e || (quoted && (c == '"' || c == '\\')))
+			return false;
+	}
+	memcpy(out, h, n);
+	out[n] = '\0';
+	return true;
+}
+
 /* Compares in time independent of where the first difference is. */
 static bool token_ok(const char *got, const char *want)
 {

@@ -76,4 +76,18 @@ const char *httpd_body(struct evhttp_request *req, size_t *len);
 /* A request header, or NULL. */
 const char *httpd_header(struct evhttp_request *req, const char *name);
 
+/*
+ * The trace id (32 lowercase hex digits) of a W3C traceparent header value
+ * "00-<trace id>-<parent id>-<flags>"; false when tp is NULL or malformed
+ * (the all-zero id included).
+ */
+bool httpd_trace_id(const char *tp, char out[33]);
+
+/*
+ * An Idempotency-Key header value: 1-255 visible ASCII characters, bare or
+ * as the quoted string of the IETF draft ("abc" names the key abc). Writes
+ * the key into out (outlen >= 256) and returns true when valid.
+ */
+bool httpd_idempotency_key(const char *h, char *out, size_t outlen);
+
 #endif

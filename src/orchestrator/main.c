@@ -88,52 +88,13 @@ struct order_ctx {
 	char trace[33];
 };
 
-/* The draft standard quotes the key (an sf-string); plain tokens are fine too. */
-static bool parse_idempotency_key(const char *h, char *out, size_t outlen)
-{
-	size_t n = strlen(h);
-	bool quoted = n >= 2 && h[0] == '"' && h[n - 1] == '"';
-
-	if (quoted) {
-		h++;
-		n -= 2;
-	}
-	if (n < 1 || n > 255 || n >= outlen)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)h[i];
-
-		if (c < 0x21 || c > 0x7e || (quoted && (c == '"' || c == '\\')))
-			return false;
-	}
-	memcpy(out, h, n);
-	out[n] = '\0';
-	return true;
-}
-
-static bool is_hex(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	return true;
-}
-
-/*
- * The trace id of a W3C traceparent "00-<32 hex>-<16 hex>-<2 hex>", or a
- * new one when the header is absent or malformed.
- */
+/* The trace of an incoming traceparent, or a new one. */
 static void trace_id_of(struct evhttp_request *req, char out[33])
 {
-	const char *tp = httpd_header(req, "traceparent");
 	char u[UUID_STR_LEN];
 
-	if (tp && strlen(tp) == 55 && tp[2] == '-' && tp[35] == '-' && tp[52] == '-' &&
-	    is_hex(tp + 3, 32) && strspn(tp + 3, "0") < 32) {
-		memcpy(out, tp + 3, 32);
-		out[32] = '\0';
+	if (httpd_trace_id(httpd_header(req, "traceparent"), out))
 		return;
-	}
 	uuid_new(u);
 	snprintf(out, 33, "%.8s%.4s%.4s%.4s%.12s", u, u + 9, u + 14, u + 19, u + 24);
 }
@@ -197,7 +158,7 @@ static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 		httpd_error(req, 400, "idempotency_key_missing", "the Idempotency-Key header is required");
 		return;
 	}
-	if (!parse_idempotency_key(kh, key, sizeof(key))) {
+	if (!httpd_idempotency_key(kh, key, sizeof(key))) {
 		httpd_error(req, 400, "idempotency_key_invalid",
 			    "Idempotency-Key must be 1-255 visible ASCII characters");
 		return;

@@ -10,5 +10,6 @@ Suite *jsonx_suite(void);
 Suite *uuid_suite(void);
 Suite *fsm_suite(void);
 Suite *breaker_suite(void);
+Suite *httpd_suite(void);
 
 #endif
