@@ -655,10 +655,16 @@ static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enu
 	}
 	setenv("INTERNAL_TOKEN", e->token, 1);
 	setenv("LOG_LEVEL", ll && *ll ? ll : "warn", 1);
-	/* Redelivery, and probing a peer whose circuit opened, within a test's
-	 * patience; a test of the real pacing sets its own values in extra. */
+	/*
+	 * Redelivery, and probing a peer whose circuit opened, within a test's
+	 * patience. Retries come ~60 times faster than by default, so more of
+	 * them are allowed before a dead letter: an outage of a few seconds must
+	 * not dead-letter what production would still retry. A test of the real
+	 * pacing or of dead letters sets its own values in extra.
+	 */
 	setenv("RETRY_BASE_MS", "50", 1);
 	setenv("RETRY_CAP_MS", "500", 1);
+	setenv("RETRY_MAX_ATTEMPTS", "100", 1);
 	setenv("BREAKER_OPEN_MS", "500", 1);
 	for (; extra && *extra; extra++)
 		set_kv(*extra);

@@ -51,6 +51,10 @@ void env_create(struct saga_env *e);
  * peers' URLs, INTERNAL_TOKEN, LOG_LEVEL=warn unless set) plus extra, a
  * NULL-terminated list of "NAME=value" (may be NULL; later entries win), and
  * waits until GET /readyz answers 200 (fails the test after 20 s).
+ * Defaults that make tests converge fast, each overridable in extra:
+ * RETRY_BASE_MS=50, RETRY_CAP_MS=500, RETRY_MAX_ATTEMPTS=100,
+ * BREAKER_OPEN_MS=500. Other service settings from the runner's environment
+ * are dropped; SAGA_TEST_LOG_LEVEL, when set, replaces the default warn.
  * Its stderr goes to <cluster dir>/<dbname>-<service>.log.
  */
 void env_start(struct saga_env *e, enum svc s, const char *const *extra);
