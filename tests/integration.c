@@ -6,6 +6,7 @@
 #include <check.h>
 #include <json-c/json.h>
 #include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,9 +32,12 @@ static void setup(void)
 	env_create(&env);
 }
 
+static void destroy_extra_clusters(void);
+
 static void teardown(void)
 {
 	env_destroy(&env);
+	destroy_extra_clusters();
 }
 
 static void seed_stock(const char *item, int n)
@@ -935,6 +939,186 @@ START_TEST(several_instances)
 }
 END_TEST
 
+/* --- operability ---------------------------------------------------------- */
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+/* Lines of a JSON log whose traceId is trace. */
+static int lines_with_trace(const char *log, const char *trace)
+{
+	int n = 0;
+	char *copy = strdup(log), *save = NULL;
+
+	for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		char err[64];
+		struct json_object *o = jsonx_parse(line, strlen(line), err, sizeof(err)), *v;
+
+		ck_assert_msg(o != NULL, "log line is not JSON: %s", line);
+		if (json_object_object_get_ex(o, "traceId", &v) &&
+		    strcmp(json_object_get_string(v), trace) == 0)
+			n++;
+		json_object_put(o);
+	}
+	free(copy);
+	return n;
+}
+
+/* The W3C trace of POST /orders reaches every service's log. */
+START_TEST(trace_follows_the_saga)
+{
+	static const char *const names[] = { "orchestrator", "payment", "inventory" };
+	const char *const info[] = { "LOG_LEVEL=info", NULL };
+	const char *trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+	const char *h[] = { "Idempotency-Key: traced",
+			    "traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			    NULL };
+	struct http_resp r;
+	char path[512];
+
+	for (int s = 0; s < SVC_COUNT; s++)
+		env_start(&env, s, info);
+	seed_stock("A001", 5);
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", h,
+				 "{\"customerId\":\"c-14\",\"itemId\":\"A001\",\"qty\":1,"
+				 "\"amount\":10}",
+				 (size_t)-1, &r),
+			 0);
+	ck_assert_int_eq(r.status, 201);
+	struct json_object *o = parse_body(&r);
+	ck_assert(wait_state(jstr(o, "sagaId"), "Completed"));
+	json_object_put(o);
+	http_resp_free(&r);
+	for (int s = 0; s < SVC_COUNT; s++)
+		env_stop(&env, s, SIGTERM); /* flushes nothing: one write per line */
+	for (int s = 0; s < SVC_COUNT; s++) {
+		snprintf(path, sizeof(path), "%s/%s-%s.log", harness_cluster_dir(), env.dbname,
+			 names[s]);
+		char *log = read_file(path);
+		int n = lines_with_trace(log, trace);
+
+		/* orchestrator: accepted + 2 transitions; the others: their command */
+		ck_assert_msg(n >= (s == SVC_ORCH ? 3 : 1), "%s: %d lines with the trace", names[s],
+			      n);
+		free(log);
+	}
+}
+END_TEST
+
+/* Runs scripts/pg-cluster VERB DIR [PORT]; returns its exit status. */
+static int pg_cluster(const char *verb, const char *dir, int port)
+{
+	char script[1024], port_s[16];
+	pid_t pid;
+	int st;
+
+	snprintf(script, sizeof(script), "%s/scripts/pg-cluster", getenv("SAGA_SOURCE_DIR"));
+	snprintf(port_s, sizeof(port_s), "%d", port);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		setenv("PGSAGA_FAST", "1", 1);
+		execl(script, script, verb, dir, port ? port_s : (char *)NULL, (char *)NULL);
+		_exit(127);
+	}
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char extra_dirs[2][64];
+
+static void destroy_extra_clusters(void)
+{
+	for (int i = 0; i < 2; i++)
+		if (extra_dirs[i][0]) {
+			pg_cluster("destroy", extra_dirs[i], 0);
+			rmdir(extra_dirs[i]);
+			extra_dirs[i][0] = '\0';
+		}
+}
+
+/*
+ * Each service needs only its own DATABASE_URL: orchestrator, payment and
+ * inventory on three separate PostgreSQL servers run the saga.
+ */
+START_TEST(database_per_service)
+{
+	struct saga_env split = env;
+	int ports[2];
+	char saga[UUID_STR_LEN], admin[2][160];
+
+	split.admin = NULL;
+	for (int i = 0; i < 2; i++) {
+		snprintf(extra_dirs[i], sizeof(extra_dirs[i]), "/tmp/pgsaga-split-XXXXXX");
+		ck_assert_ptr_nonnull(mkdtemp(extra_dirs[i]));
+		ports[i] = free_port();
+		ck_assert_int_eq(pg_cluster("start", extra_dirs[i], ports[i]), 0);
+		snprintf(admin[i], sizeof(admin[i]), "host=127.0.0.1 port=%d dbname=postgres user=postgres",
+			 ports[i]);
+		pid_t pid = fork();
+		if (pid == 0) {
+			char script[1024];
+
+			snprintf(script, sizeof(script), "%s/sql/bootstrap.sql", getenv("SAGA_SOURCE_DIR"));
+			execlp("psql", "psql", "-q", "-v", "ON_ERROR_STOP=1", "-f", script, admin[i],
+			       (char *)NULL);
+			_exit(127);
+		}
+		int st;
+		waitpid(pid, &st, 0);
+		ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	snprintf(split.url[SVC_PAY], sizeof(split.url[SVC_PAY]),
+		 "host=127.0.0.1 port=%d dbname=postgres user=saga_payment", ports[0]);
+	snprintf(split.url[SVC_INV], sizeof(split.url[SVC_INV]),
+		 "host=127.0.0.1 port=%d dbname=postgres user=saga_inventory", ports[1]);
+	for (int s = 0; s < SVC_COUNT; s++)
+		env_start(&split, s, NULL);
+	for (int s = 0; s < SVC_COUNT; s++)
+		env.pid[s] = split.pid[s]; /* so the fixture stops them */
+
+	PGconn *inv = PQconnectdb(admin[1]), *pay = PQconnectdb(admin[0]);
+	ck_assert_int_eq(PQstatus(inv), CONNECTION_OK);
+	ck_assert_int_eq(PQstatus(pay), CONNECTION_OK);
+	PQclear(PQexec(inv, "INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 3)"));
+	new_order("c-15", "A001", 1, 25, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	PGresult *res = PQexec(pay, "SELECT count(*) FROM payment.payments WHERE status = 'captured'");
+	ck_assert_str_eq(PQgetvalue(res, 0, 0), "1");
+	PQclear(res);
+	res = PQexec(inv, "SELECT available FROM inventory.stock");
+	ck_assert_str_eq(PQgetvalue(res, 0, 0), "2");
+	PQclear(res);
+	/* and nothing of theirs is in the orchestrator's database */
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM pg_namespace"
+					  " WHERE nspname IN ('payment', 'inventory')"
+					  " AND EXISTS (SELECT 1 FROM pg_class c WHERE c.relnamespace ="
+					  " pg_namespace.oid)",
+				    0, NULL),
+			 0);
+	PQfinish(inv);
+	PQfinish(pay);
+	for (int s = 0; s < SVC_COUNT; s++) {
+		env_stop(&env, s, SIGTERM);
+		split.pid[s] = 0;
+	}
+	destroy_extra_clusters();
+}
+END_TEST
+
 START_TEST(graceful_shutdown_exits_zero)
 {
 	env_start_all(&env);
@@ -954,8 +1138,9 @@ static Suite *integration_suite(void)
 	TCase *idem = tcase_create("idempotency");
 	TCase *delivery = tcase_create("delivery");
 	TCase *sec = tcase_create("security");
+	TCase *ops = tcase_create("operability");
 
-	TCase *all[] = { saga, idem, delivery, sec };
+	TCase *all[] = { saga, idem, delivery, sec, ops };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		tcase_add_checked_fixture(all[i], setup, teardown);
 		tcase_set_timeout(all[i], 120);
@@ -979,6 +1164,8 @@ static Suite *integration_suite(void)
 	tcase_add_test(sec, role_isolation);
 	tcase_add_test(sec, internal_endpoints_need_token);
 	tcase_add_test(sec, bad_input_changes_nothing);
+	tcase_add_test(ops, trace_follows_the_saga);
+	tcase_add_test(ops, database_per_service);
 	return s;
 }
 
