@@ -486,6 +486,56 @@ START_TEST(lost_response_is_deduplicated)
 }
 END_TEST
 
+/*
+ * Exhausted attempts and non-retryable answers make dead letters, visible in
+ * dead_letters; retry_dead_letters() from psql puts them back and they go.
+ */
+START_TEST(dead_letters_and_retry)
+{
+	char saga[UUID_STR_LEN], cmd[UUID_STR_LEN], body[200];
+	const char *const give_up[] = { "RETRY_MAX_ATTEMPTS=2", "BREAKER_FAILURES=100", NULL };
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, give_up); /* payment down: two attempts, then dead */
+	env_start(&env, SVC_INV, NULL);
+	seed_stock("A001", 5);
+	new_order("c-16", "A001", 1, 10, saga);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.dead_letters", "1",
+			       WAIT_MS));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT attempt_count FROM orchestrator.dead_letters",
+				    0, NULL),
+			 2);
+	char *err = env_sql(&env, "SELECT last_error FROM orchestrator.dead_letters", 0, NULL);
+	ck_assert_ptr_nonnull(err);
+	free(err);
+	env_start(&env, SVC_PAY, NULL);
+	usleep(300 * 1000);
+	ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances WHERE saga_id = '%s'",
+				saga), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT orchestrator.retry_dead_letters()", 0, NULL), 1);
+	ck_assert(wait_state(saga, "Completed"));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.dead_letters", 0,
+				    NULL),
+			 0);
+
+	/* a 404 is not retried: payment's event for a saga nobody knows */
+	uuid_new(cmd);
+	uuid_new(saga);
+	snprintf(body, sizeof(body),
+		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"c-16\",\"amount\":1}",
+		 cmd, saga);
+	ck_assert_int_eq(post_internal(SVC_PAY, "/commands/PayCommand", body, &r), 200);
+	http_resp_free(&r);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.dead_letters", "1", WAIT_MS));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT attempt_count FROM payment.dead_letters", 0,
+				    NULL),
+			 1);
+	err = env_sql(&env, "SELECT last_error FROM payment.dead_letters", 0, NULL);
+	ck_assert_ptr_nonnull(strstr(err, "404"));
+	free(err);
+}
+END_TEST
+
 /* --- events --------------------------------------------------------------- */
 
 static char *event_body(const char *event_id, const char *saga)
@@ -1158,6 +1208,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(idem, conflicting_events_one_transition);
 	tcase_add_test(delivery, outbox_redelivery);
 	tcase_add_test(delivery, lost_response_is_deduplicated);
+	tcase_add_test(delivery, dead_letters_and_retry);
 	tcase_add_test(delivery, graceful_shutdown_exits_zero);
 	tcase_add_test(delivery, database_outage);
 	tcase_add_test(delivery, several_instances);
