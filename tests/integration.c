@@ -536,6 +536,55 @@ START_TEST(dead_letters_and_retry)
 }
 END_TEST
 
+/* The value of one series in a service's /metrics, or -1. */
+static double scrape(enum svc s, const char *series)
+{
+	struct http_resp r;
+	double v = -1;
+
+	ck_assert_int_eq(http_do(env.port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 200);
+	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
+		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
+			v = strtod(p + strlen(series) + 1, NULL);
+			break;
+		}
+	http_resp_free(&r);
+	return v;
+}
+
+/*
+ * A peer that keeps failing is not hammered: after BREAKER_FAILURES failures
+ * in a row its circuit opens and nothing more is sent while it is open, and
+ * the refusals are not counted as attempts.
+ */
+START_TEST(circuit_breaker_stops_hammering)
+{
+	char saga[UUID_STR_LEN];
+	const char *const breaker[] = { "BREAKER_FAILURES=3", "BREAKER_OPEN_MS=60000", NULL };
+	const char *const failing[] = { "FAULT_FAIL_RATE=1", NULL };
+	const char *series = "saga_http_requests_total{route=\"/commands/{type}\",status=\"500\"}";
+
+	env_start(&env, SVC_PAY, failing);
+	env_start(&env, SVC_ORCH, breaker);
+	for (int i = 0; i < 10; i++)
+		new_order("c-17", "A001", 1, 10, saga);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+				     " WHERE last_error LIKE '%circuit open%'", "7", WAIT_MS));
+	usleep(500 * 1000);
+	ck_assert_int_eq((int)scrape(SVC_PAY, series), 3);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT sum(attempt_count) FROM"
+					  " orchestrator.outbox_messages", 0, NULL),
+			 3);
+	char gauge[160];
+
+	snprintf(gauge, sizeof(gauge),
+		 "saga_peer_circuit_state{peer=\"payment\",instance=\"http://127.0.0.1:%d\"}",
+		 env.port[SVC_PAY]);
+	ck_assert_int_eq((int)scrape(SVC_ORCH, gauge), 1); /* open */
+}
+END_TEST
+
 /* --- events --------------------------------------------------------------- */
 
 static char *event_body(const char *event_id, const char *saga)
@@ -1209,6 +1258,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(delivery, outbox_redelivery);
 	tcase_add_test(delivery, lost_response_is_deduplicated);
 	tcase_add_test(delivery, dead_letters_and_retry);
+	tcase_add_test(delivery, circuit_breaker_stops_hammering);
 	tcase_add_test(delivery, graceful_shutdown_exits_zero);
 	tcase_add_test(delivery, database_outage);
 	tcase_add_test(delivery, several_instances);
