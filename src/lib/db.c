@@ -174,6 +174,12 @@ static void conn_down(struct conn *c, const char *why)
 {
 	bool was_up = c->state == CONN_IDLE || c->state == CONN_BUSY || c->state == CONN_PREPARING;
 	struct db_req *r = c->req;
+	char reason[256];
+
+	/* why often points into c->pg, which PQfinish frees below */
+	snprintf(reason, sizeof(reason), "%s", why && *why ? why : "connection lost");
+	reason[strcspn(reason, "\n")] = '\0';
+	why = reason;
 
 	if (c->state != CONN_CONNECTING || c->failures == 0)
 		log_warn("database connection lost: %s", why);

@@ -277,9 +277,11 @@ struct httpd *httpd_new(struct event_base *base, const char *host, int port,
 	evhttp_set_max_body_size(h->http, HTTPD_MAX_BODY);
 	evhttp_set_max_headers_size(h->http, 16 * 1024);
 	evhttp_set_timeout(h->http, 60);
+	/* every method evhttp knows reaches the router, which answers JSON */
 	evhttp_set_allowed_methods(h->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
 						    EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-						    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS);
+						    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS |
+						    EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
 	evhttp_set_gencb(h->http, dispatch, h);
 	h->sock = evhttp_bind_socket_with_handle(h->http, host, (ev_uint16_t)port);
 	if (!h->sock) {
