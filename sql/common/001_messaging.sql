@@ -90,67 +90,49 @@ COMMENT ON INDEX outbox_messages_dead_idx IS
 -- notifies.
 --
 -- Which writes notify:
---  * INSERT of at least one pending row (statement level, so a bulk insert
---    costs one call; the transition table lets an INSERT that inserted
---    nothing, e.g. a guarded INSERT ... SELECT, stay quiet).
+--  * INSERT (statement level, so a bulk insert costs one call).
 --  * UPDATE that makes a row pending and due which was not before: a dead
 --    or delivered row brought back, or a waiting row moved forward (an
 --    operator's "SET next_attempt_at = now()"). The dispatcher's own updates
---    (claim, backoff, mark delivered or dead) do not match the WHEN clause,
---    which is evaluated without calling a function, so they cost next to
---    nothing; only handing a claimed row back due at once (a lease given
---    up, a zero backoff) matches, and that is worth a wake.
+--    (claim, backoff, mark delivered or dead) do not match the WHEN clause.
 --  * retry_dead_letter(s) notify themselves, whatever pgsaga.local_wake says:
 --    operators call them and expect every dispatcher to wake.
--- Both trigger functions use the table's schema, not current_schema(), so
--- a write through a qualified name from any search_path wakes the right
--- channel.
+-- The local_wake test sits in the triggers' WHEN clauses, evaluated without
+-- calling a function: the services' own writes, the hot path, pay for one
+-- current_setting() per statement and nothing else. The trigger function
+-- uses the table's schema, not current_schema(), so a write through a
+-- qualified name from any search_path wakes the right channel.
 
-CREATE FUNCTION outbox_notify_insert() RETURNS trigger
+CREATE FUNCTION outbox_notify() RETURNS trigger
 	LANGUAGE plpgsql SECURITY INVOKER
 	AS $$
 BEGIN
-	IF coalesce(lower(current_setting('pgsaga.local_wake', true)), '') IN ('on', 'true', 'yes', '1') THEN
-		RETURN NULL;
-	END IF;
-	IF EXISTS (SELECT 1 FROM outbox_inserted WHERE processed_at IS NULL AND dead_at IS NULL) THEN
-		PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', '');
-	END IF;
-	RETURN NULL;
-END
-$$;
-COMMENT ON FUNCTION outbox_notify_insert() IS
-	'Trigger: NOTIFY <schema>_outbox after an INSERT of pending rows, unless pgsaga.local_wake is on';
-
-CREATE FUNCTION outbox_notify_due() RETURNS trigger
-	LANGUAGE plpgsql SECURITY INVOKER
-	AS $$
-BEGIN
-	IF coalesce(lower(current_setting('pgsaga.local_wake', true)), '') IN ('on', 'true', 'yes', '1') THEN
-		RETURN NULL;
-	END IF;
-	-- Per row, but same channel and payload: PostgreSQL sends one per transaction.
+	-- same channel and payload: PostgreSQL sends one per transaction
 	PERFORM pg_notify(TG_TABLE_SCHEMA || '_outbox', '');
 	RETURN NULL;
 END
 $$;
-COMMENT ON FUNCTION outbox_notify_due() IS
-	'Trigger: NOTIFY <schema>_outbox after an UPDATE made a row pending and due, unless pgsaga.local_wake is on';
+COMMENT ON FUNCTION outbox_notify() IS
+	'Trigger: NOTIFY <schema>_outbox (the triggers'' WHEN clauses decide when)';
 
 CREATE TRIGGER outbox_notify_insert
 	AFTER INSERT ON outbox_messages
-	REFERENCING NEW TABLE AS outbox_inserted
-	FOR EACH STATEMENT EXECUTE FUNCTION outbox_notify_insert();
+	FOR EACH STATEMENT
+	WHEN (coalesce(lower(current_setting('pgsaga.local_wake', true)), '')
+	      NOT IN ('on', 'true', 'yes', '1'))
+	EXECUTE FUNCTION outbox_notify();
 COMMENT ON TRIGGER outbox_notify_insert ON outbox_messages IS
-	'Wakes dispatchers (NOTIFY <schema>_outbox) when pending rows are inserted, unless pgsaga.local_wake is on';
+	'Wakes dispatchers (NOTIFY <schema>_outbox) after an INSERT, unless pgsaga.local_wake is on';
 
 CREATE TRIGGER outbox_notify_due
 	AFTER UPDATE ON outbox_messages
 	FOR EACH ROW
 	WHEN (NEW.processed_at IS NULL AND NEW.dead_at IS NULL AND NEW.next_attempt_at <= now()
 	      AND (OLD.processed_at IS NOT NULL OR OLD.dead_at IS NOT NULL
-		   OR OLD.next_attempt_at > now()))
-	EXECUTE FUNCTION outbox_notify_due();
+		   OR OLD.next_attempt_at > now())
+	      AND coalesce(lower(current_setting('pgsaga.local_wake', true)), '')
+		  NOT IN ('on', 'true', 'yes', '1'))
+	EXECUTE FUNCTION outbox_notify();
 COMMENT ON TRIGGER outbox_notify_due ON outbox_messages IS
 	'Wakes dispatchers (NOTIFY <schema>_outbox) when an UPDATE makes a row pending and due, unless pgsaga.local_wake is on';
 
@@ -335,19 +317,36 @@ COMMENT ON FUNCTION purge_processed(interval, int) IS
 -- inbox answers the copy as a duplicate. So it commits without waiting for its
 -- WAL flush, which takes one fsync per message off the hot path.
 
-CREATE FUNCTION outbox_ack(p_ids uuid[]) RETURNS integer
-	LANGUAGE plpgsql SECURITY INVOKER
+CREATE FUNCTION outbox_ack(p_ids uuid[]) RETURNS void
+	LANGUAGE sql SECURITY INVOKER
 	SET search_path FROM CURRENT
 	AS $$
-DECLARE
-	v_n integer;
-BEGIN
-	PERFORM set_config('synchronous_commit', 'off', true);
+	SELECT set_config('synchronous_commit', 'off', true);
 	UPDATE outbox_messages SET processed_at = now(), last_error = NULL
 	 WHERE message_id = ANY (p_ids) AND processed_at IS NULL;
-	GET DIAGNOSTICS v_n = ROW_COUNT;
-	RETURN v_n;
-END
 $$;
 COMMENT ON FUNCTION outbox_ack(uuid[]) IS
-	'Marks delivered outbox rows processed (asynchronous commit: a lost mark only causes a deduplicated redelivery); returns rows marked';
+	'Marks delivered outbox rows processed (asynchronous commit: a lost mark only causes a deduplicated redelivery)';
+
+-- The dispatcher's claim: up to p_limit due rows, oldest first, pushed one
+-- lease ahead instead of held locked across the HTTP call. Asynchronous
+-- commit for the same reason as outbox_ack: a claim lost in a crash only
+-- makes its rows due again, and a second delivery is deduplicated.
+CREATE FUNCTION outbox_claim(p_limit int, p_lease_ms int)
+	RETURNS TABLE (message_id uuid, kind text, destination text, type text, payload text,
+		       attempt_count int, trace_id text)
+	LANGUAGE sql SECURITY INVOKER
+	SET search_path FROM CURRENT
+	AS $$
+	SELECT set_config('synchronous_commit', 'off', true);
+	UPDATE outbox_messages o
+	   SET next_attempt_at = now() + p_lease_ms * interval '1 millisecond'
+	  FROM (SELECT m.message_id FROM outbox_messages m
+		 WHERE m.processed_at IS NULL AND m.dead_at IS NULL AND m.next_attempt_at <= now()
+		 ORDER BY m.next_attempt_at LIMIT p_limit FOR UPDATE SKIP LOCKED) due
+	 WHERE o.message_id = due.message_id
+	RETURNING o.message_id, o.kind, o.destination, o.type, o.payload::text, o.attempt_count,
+		  o.trace_id;
+$$;
+COMMENT ON FUNCTION outbox_claim(int, int) IS
+	'Dispatcher: claims up to p_limit due rows for p_lease_ms and returns them';

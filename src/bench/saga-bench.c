@@ -11,8 +11,12 @@
  * which is what a pgbench client running one saga's SQL does. Sagas finish
  * in the background, so the bench learns it by polling the database as
  * saga_auditor: one indexed query for all sagas in flight, at most every
- * --poll-ms. --pace post posts again as soon as the 201 arrives (N POSTs in
- * flight; the backlog then grows when the pipeline is slower than POST).
+ * --poll-ms. Noticing the end costs a slot up to one poll interval plus a
+ * query, which a pgbench client does not pay: at concurrency 1 that
+ * understates pgsaga's throughput by roughly that share of a saga (the
+ * latencies, read from the server, are not affected). --pace post posts
+ * again as soon as the 201 arrives (N POSTs in flight; the backlog then grows
+ * when the pipeline is slower than POST).
  *
  * Every number but the POST latency comes from server timestamps, so client
  * and server clocks never mix: a saga's end-to-end latency is its terminal
@@ -63,6 +67,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,9 +184,12 @@ static double pct(const struct samples *s, double p)
 static struct json_object *num(double x)
 {
 	/* three decimals are plenty for milliseconds; NaN is not JSON */
-	if (isnan(x))
+	char buf[32];
+
+	if (isnan(x) || isinf(x))
 		return NULL;
-	return json_object_new_double(round(x * 1000) / 1000);
+	snprintf(buf, sizeof(buf), "%.3f", x);
+	return json_object_new_double_s(atof(buf), buf);
 }
 
 /* --- database --------------------------------------------------------------- */
@@ -251,6 +259,7 @@ static struct {
 	const char *host;
 	int port;
 	char hosthdr[300];
+	char token[9];
 	struct conn *conns;
 	int nconns;
 	long long issued, answered, created, st_other, st_error;
@@ -265,7 +274,8 @@ static struct {
 	bool poll_busy;
 	double poll_last;
 	long long polls, finished;
-	struct event *tick, *progress_ev;
+	struct event *tick, *progress_ev, *watchdog;
+	double last_progress; /* a POST answered or a saga seen terminal */
 } L;
 
 static void post_one(struct conn *c, double t0);
@@ -283,13 +293,32 @@ static void slot_next(struct conn *c)
 	post_one(c, now_s());
 }
 
+/* Posting is over once every POST has its answer; wait_terminal does the rest. */
 static void maybe_finish(void)
 {
-	if (!L.posting_done || L.issued != L.answered)
-		return;
-	if (!S.pace_post && S.rate <= 0 && L.ninflight > 0)
-		return; /* closed loop waits for its sagas in the loop: the poll runs */
-	event_base_loopexit(L.base, NULL);
+	if (L.posting_done && L.issued == L.answered)
+		event_base_loopexit(L.base, NULL);
+}
+
+/*
+ * Once a second: end posting when the duration is up even if every slot
+ * still waits for its saga, and give up when nothing moved for --wait
+ * seconds (a saga that never ends would hold its slot forever).
+ */
+static void watchdog_cb(evutil_socket_t fd, short what, void *arg)
+{
+	double t = now_s();
+
+	if (!L.posting_done && S.duration > 0 && t - L.start >= S.duration) {
+		L.posting_done = true;
+		L.post_end = t;
+	}
+	if (t - L.last_progress > S.wait_s) {
+		fprintf(stderr, "saga-bench: nothing moved for %g s; giving up\n", S.wait_s);
+		L.posting_done = true;
+		event_base_loopexit(L.base, NULL);
+	}
+	maybe_finish();
 }
 
 static void poll_schedule(void);
@@ -315,6 +344,7 @@ static void poll_read_cb(evutil_socket_t fd, short what, void *arg)
 
 				L.inflight[j] = L.inflight[--L.ninflight];
 				L.finished++;
+				L.last_progress = now_s();
 				slot_next(&L.conns[slot]);
 				break;
 			}
@@ -373,6 +403,7 @@ static void post_done(struct evhttp_request *req, void *arg)
 	char sid[UUID_STR_LEN] = "";
 
 	L.answered++;
+	L.last_progress = now_s();
 	c->outstanding--;
 	sample_add(&L.post_lat, (now_s() - p->t0) * 1000);
 	if (code == 201) {
@@ -398,7 +429,7 @@ static void post_done(struct evhttp_request *req, void *arg)
 			L.inflight[L.ninflight++].slot = c->slot;
 			poll_schedule();
 		} else {
-			if (code == 0) /* do not spin on a dead server */
+			if (code != 201) /* do not spin on a failing server */
 				usleep(10000);
 			slot_next(c);
 		}
@@ -420,7 +451,8 @@ static void post_one(struct conn *c, double t0)
 		abort();
 	p->c = c;
 	p->t0 = t0;
-	snprintf(key, sizeof(key), "%s-%" PRIu64, S.prefix, seq);
+	/* the run token keeps keys unique when runs share a --prefix */
+	snprintf(key, sizeof(key), "%s-%s-%" PRIu64, S.prefix, L.token, seq);
 	snprintf(body, sizeof(body),
 		 "{\"customerId\":\"%s-c%05d\",\"itemId\":\"it-%0*d\",\"qty\":%d,\"amount\":%lld}",
 		 S.prefix, cust, item_width, item, S.qty, S.amount);
@@ -447,11 +479,12 @@ static struct conn *conn_add(int slot)
 	return c;
 }
 
-/* Open loop: every tick, send what the schedule says is due by now. */
+/* Open loop: send what the schedule says is due by now, then sleep until the next. */
 static void tick_cb(evutil_socket_t fd, short what, void *arg)
 {
 	double t = now_s(), el = t - L.start;
-	long long due = (long long)(el * S.rate);
+	/* order k (from 0) is due at start + k / rate */
+	long long due = (long long)(el * S.rate) + 1;
 
 	if (S.duration > 0 && el >= S.duration)
 		due = (long long)(S.duration * S.rate);
@@ -473,9 +506,16 @@ static void tick_cb(evutil_socket_t fd, short what, void *arg)
 	    (S.duration > 0 && el >= S.duration)) {
 		L.posting_done = true;
 		L.post_end = t;
-		event_del(L.tick);
 		maybe_finish();
+		return;
 	}
+	/* sleep until the next order is due (the base has a precise timer) */
+	double next = L.start + (double)L.issued / S.rate - now_s();
+
+	if (next < 0)
+		next = 0;
+	struct timeval tv = { (time_t)next, (suseconds_t)((next - floor(next)) * 1e6) };
+	evtimer_add(L.tick, &tv);
 }
 
 static void bar(const char *what, double frac, const char *detail)
@@ -510,9 +550,15 @@ static void progress_cb(evutil_socket_t fd, short what, void *arg)
 
 static void run_load(void)
 {
-	struct timeval tick = { 0, 1000 }, prog = { 0, 200000 };
+	struct timeval prog = { 0, 200000 };
+	struct event_config *cfg = event_config_new();
 
-	L.base = event_base_new();
+	/* timerfd: open-loop orders leave on time, not on the next millisecond */
+	event_config_set_flag(cfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+	L.base = event_base_new_with_config(cfg);
+	event_config_free(cfg);
+	if (!L.base)
+		die("cannot create an event base");
 	L.uri = evhttp_uri_parse(S.url);
 	if (!L.uri || !evhttp_uri_get_host(L.uri))
 		die("bad --url %s", S.url);
@@ -527,10 +573,22 @@ static void run_load(void)
 		L.progress_ev = event_new(L.base, -1, EV_PERSIST, progress_cb, NULL);
 		event_add(L.progress_ev, &prog);
 	}
-	L.start = now_s();
+	{
+		char u[UUID_STR_LEN];
+
+		uuid_new(u);
+		memcpy(L.token, u, 8);
+	}
+	L.start = L.last_progress = now_s();
+	L.watchdog = event_new(L.base, -1, EV_PERSIST, watchdog_cb, NULL);
+	{
+		struct timeval sec = { 1, 0 };
+
+		event_add(L.watchdog, &sec);
+	}
 	if (S.rate > 0) {
-		L.tick = event_new(L.base, -1, EV_PERSIST, tick_cb, NULL);
-		event_add(L.tick, &tick);
+		L.tick = evtimer_new(L.base, tick_cb, NULL);
+		tick_cb(-1, 0, NULL);
 	} else {
 		if (!S.pace_post) {
 			L.poll = db_open(S.db_url);
@@ -568,6 +626,7 @@ static void run_load(void)
 		event_free(L.tick);
 	if (L.progress_ev)
 		event_free(L.progress_ev);
+	event_free(L.watchdog);
 	evhttp_uri_free(L.uri);
 	event_base_free(L.base);
 	free(L.inflight);
@@ -610,7 +669,8 @@ static void add_pcts(struct json_object *o, struct samples *s, const double *ps,
 {
 	char k[16];
 
-	qsort(s->v, s->n, sizeof(double), cmp_double);
+	if (s->n)
+		qsort(s->v, s->n, sizeof(double), cmp_double);
 	for (int i = 0; i < n; i++) {
 		snprintf(k, sizeof(k), "p%g", ps[i]);
 		json_object_object_add(o, k, num(pct(s, ps[i])));
@@ -915,6 +975,15 @@ int main(int argc, char **argv)
 			S.rate > 0 ? "open" : S.pace_post ? "post" : "saga"));
 	}
 	json_object_object_add(out, "not_terminal", json_object_new_int64(stuck));
+	{
+		/* the load generator's own share of the machine */
+		struct rusage ru;
+
+		getrusage(RUSAGE_SELF, &ru);
+		json_object_object_add(out, "client_cpu_s",
+				       num((double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+					   (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6));
+	}
 	puts(json_object_to_json_string_ext(out, JSON_C_TO_STRING_PRETTY |
 							 JSON_C_TO_STRING_NOSLASHESCAPE));
 	json_object_put(out);

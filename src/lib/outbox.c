@@ -18,15 +18,8 @@
 
 #define ACK_MAX 256 /* ids per "processed" statement */
 
-static const char claim_sql[] =
-	"UPDATE outbox_messages o"
-	"   SET next_attempt_at = now() + $2::int * interval '1 millisecond'"
-	"  FROM (SELECT message_id FROM outbox_messages"
-	"         WHERE processed_at IS NULL AND dead_at IS NULL AND next_attempt_at <= now()"
-	"         ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due"
-	" WHERE o.message_id = due.message_id"
-	" RETURNING o.message_id, o.kind, o.destination, o.type, o.payload::text,"
-	"           o.attempt_count, o.trace_id";
+/* Both commit asynchronously: see outbox_claim and outbox_ack in SQL. */
+static const char claim_sql[] = "SELECT * FROM outbox_claim($1::int, $2::int)";
 
 static const char ack_sql[] = "SELECT outbox_ack($1::uuid[])";
 
