@@ -6,9 +6,9 @@
 --
 -- One pgbench "transaction" is one saga: 5 committing statements (the
 -- create, handle_pay, the transition to PendingInventory, handle_reserve,
--- the transition to Completed), 4 acknowledgements (outbox_ack, which
--- commits asynchronously), 2 reads (the orchestrator's read before each
--- transition) and 1 read-only prelude that makes the ids. There is no
+-- the transition to Completed; each transition reads and writes in one
+-- call of saga_apply), 4 acknowledgements (outbox_ack, which commits
+-- asynchronously) and 1 read-only prelude that makes the ids. There is no
 -- claiming statement: a service writes its own outbox rows claimed at birth
 -- (next_attempt_at one lease ahead) and sends them from memory; the claim
 -- runs only in sweeps. tps = sagas/s; latency = per-saga latency.
@@ -27,7 +27,7 @@
 -- once per connection, see src/lib/db.c).
 --
 -- KEEP IN SYNC with the C code: every statement below names its source (as
--- of commit 52a5ede). The services use unqualified names (search_path is
+-- of the commit that introduced saga_apply). The services use unqualified names (search_path is
 -- their schema); here they are schema-qualified. Functions carry SET
 -- search_path FROM CURRENT, so qualified calls behave the same.
 --
@@ -38,7 +38,6 @@
 --    code reuses $n.
 --  * An ack lists one id (ARRAY[...]); the services batch the ids of one
 --    loop turn into one '{...}' ($1::uuid[]).
---  * read_sql's 8th column gets a name (dup) for \gset.
 --  * No ":" right before a letter inside a string literal: pgbench would
 --    take it for a variable.
 --  * Everything runs one statement after the other; in pgsaga an ack runs
@@ -60,8 +59,7 @@ SELECT sid, pcid, rcid, cust, item, trace,
          || '","qty":' || :qty::text || '}' AS canon,
        '{"commandId":"' || pcid || '","sagaId":"' || sid || '","customerId":"' || cust
          || '","amount":' || :amount::text || '}' AS ppayload,
-       '{"commandId":"' || rcid || '","sagaId":"' || sid || '","itemId":"' || item
-         || '","qty":' || :qty::text || '}' AS rpayload
+       '{"commandId":"' || rcid || '","sagaId":"' || sid || '"}' AS rbase
   FROM (SELECT gen_random_uuid()::text AS sid, gen_random_uuid()::text AS pcid,
                gen_random_uuid()::text AS rcid,
                replace(gen_random_uuid()::text, '-', '') AS trace,
@@ -122,19 +120,14 @@ SELECT * FROM payment.handle_pay(:pcid, :sid, :cust, :amount::bigint, :credit::b
 SELECT orchestrator.outbox_ack(ARRAY[:pcid]::uuid[]);
 
 -- 4. orchestrator receives PaymentSucceeded: src/orchestrator/main.c
---    read_sql, then transition_sql (saga_transition) with what
---    transition_decide computes.
-SELECT state, version, compensation, customer_id, item_id, qty, amount,
-       :p_event_id::uuid IS NOT NULL AND EXISTS (SELECT 1 FROM orchestrator.processed_messages
-                                                 WHERE message_id = :p_event_id::uuid) AS dup,
-       trace_id
-  FROM orchestrator.saga_instances WHERE saga_id = :sid
-\gset r1_
-SELECT orchestrator.saga_transition(:p_event_id, :sid, 'PendingPayment', :r1_version::int,
-                                    'PendingInventory', NULL, 'PaymentSucceeded',
-                                    :step_ms::bigint, :rcid, 'inventory',
-                                    'ReserveInventoryCommand', :rpayload::jsonb,
-                                    :lease_ms::int);
+--    apply_sql (saga_apply) with what transition_decide computes for the
+--    one state the event acts in (saga_expected); the command's body gets
+--    itemId and qty from the saga (p_with_item).
+SELECT * FROM orchestrator.saga_apply(:p_event_id, :sid, 'PendingPayment', NULL,
+                                      'PendingInventory', NULL, 'PaymentSucceeded',
+                                      :step_ms::bigint, :rcid, 'inventory',
+                                      'ReserveInventoryCommand', :rbase::jsonb, true,
+                                      :lease_ms::int);
 -- 5. payment's dispatcher marks PaymentSucceeded delivered: outbox.c ack_sql.
 SELECT payment.outbox_ack(ARRAY[:p_event_id]::uuid[]);
 
@@ -145,16 +138,9 @@ SELECT * FROM inventory.handle_reserve(:rcid, :sid, :item, :qty::int, :trace, :l
 -- 7. orchestrator's dispatcher marks it delivered: outbox.c ack_sql.
 SELECT orchestrator.outbox_ack(ARRAY[:rcid]::uuid[]);
 
--- 8. orchestrator receives InventoryReserved: main.c read_sql, then
---    transition_sql.
-SELECT state, version, compensation, customer_id, item_id, qty, amount,
-       :i_event_id::uuid IS NOT NULL AND EXISTS (SELECT 1 FROM orchestrator.processed_messages
-                                                 WHERE message_id = :i_event_id::uuid) AS dup,
-       trace_id
-  FROM orchestrator.saga_instances WHERE saga_id = :sid
-\gset r2_
-SELECT orchestrator.saga_transition(:i_event_id, :sid, 'PendingInventory', :r2_version::int,
-                                    'Completed', NULL, 'InventoryReserved',
-                                    NULL, NULL, NULL, NULL, NULL, :lease_ms::int);
+-- 8. orchestrator receives InventoryReserved: main.c apply_sql.
+SELECT * FROM orchestrator.saga_apply(:i_event_id, :sid, 'PendingInventory', NULL,
+                                      'Completed', NULL, 'InventoryReserved',
+                                      NULL, NULL, NULL, NULL, NULL, false, :lease_ms::int);
 -- 9. inventory's dispatcher marks InventoryReserved delivered: ack_sql.
 SELECT inventory.outbox_ack(ARRAY[:i_event_id]::uuid[]);

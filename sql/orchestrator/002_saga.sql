@@ -83,59 +83,93 @@ CREATE FUNCTION rfc3339(t timestamptz) RETURNS text
     RETURN to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"');
 COMMENT ON FUNCTION rfc3339(timestamptz) IS 'A timestamp as RFC 3339 text in UTC, as the HTTP API shows it.';
 
--- One transition, guarded by the state and version the caller read. The
--- event's id goes into the inbox in the same transaction, so a redelivered
--- event finds it and changes nothing ('duplicate'). When the saga moved on
--- since it was read, the transaction fails with serialization_failure
--- (40001): the caller reads again and decides again; nothing of this
--- attempt, inbox row included, survives.
-CREATE FUNCTION saga_transition(p_event_id uuid, p_saga_id uuid, p_from text, p_version int,
-                                p_to text, p_compensation text, p_cause text,
-                                p_deadline_ms bigint,
-                                p_out_id uuid, p_out_dest text, p_out_type text,
-                                p_out_payload jsonb, p_lease_ms int)
-RETURNS text
+-- One transition in one round trip. The caller (saga_fsm.c) has decided
+-- what the event does to a saga in state p_from (awaiting undo p_undo): go
+-- to p_to, await p_new_undo, send command p_out_type. This function reads
+-- the saga and applies that decision only if the saga is in p_from, guarded
+-- by the version it read; the event's id goes into the inbox in the same
+-- transaction, so a redelivered event changes nothing. Results:
+--   not_found   no such saga (nothing written)
+--   duplicate   the event was applied before (nothing written)
+--   ignored     the saga is not in p_from: state and compensation say where
+--               it is, so the caller can say why (nothing written)
+--   applied     done; payload is the outgoing command's body, written into
+--               the outbox claimed for p_lease_ms (the caller sends it, with
+--               the saga's trace_id)
+-- When the saga moves on between the read and the write, the transaction
+-- fails with serialization_failure (40001), inbox row included, and the
+-- caller tries again. With p_with_item the command's body gets the saga's
+-- itemId and qty (ReserveInventoryCommand).
+CREATE FUNCTION saga_apply(p_event_id uuid, p_saga_id uuid, p_from text, p_undo text,
+                           p_to text, p_new_undo text, p_cause text, p_deadline_ms bigint,
+                           p_out_id uuid, p_out_dest text, p_out_type text,
+                           p_out_payload jsonb, p_with_item boolean, p_lease_ms int,
+                           OUT result text, OUT state text, OUT compensation text,
+                           OUT payload jsonb, OUT trace_id text)
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
-    v_trace text;
+    v saga_instances%ROWTYPE;
 BEGIN
+    SELECT * INTO v FROM saga_instances s WHERE s.saga_id = p_saga_id;
+    IF NOT FOUND THEN
+        result := 'not_found';
+        RETURN;
+    END IF;
+    IF p_event_id IS NOT NULL
+       AND EXISTS (SELECT 1 FROM processed_messages m WHERE m.message_id = p_event_id) THEN
+        result := 'duplicate';
+        RETURN;
+    END IF;
+    IF v.state <> p_from OR v.compensation IS DISTINCT FROM p_undo THEN
+        result := 'ignored';
+        state := v.state;
+        compensation := v.compensation;
+        RETURN;
+    END IF;
+
     IF p_event_id IS NOT NULL THEN
         INSERT INTO processed_messages (message_id) VALUES (p_event_id)
             ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
-            RETURN 'duplicate';
+            result := 'duplicate'; -- a copy committed since the check above
+            RETURN;
         END IF;
     END IF;
 
-    UPDATE saga_instances
-       SET state = p_to, version = version + 1, compensation = p_compensation,
+    UPDATE saga_instances s
+       SET state = p_to, version = s.version + 1, compensation = p_new_undo,
            deadline_at = CASE WHEN p_deadline_ms IS NULL THEN NULL
                               ELSE now() + p_deadline_ms * interval '1 millisecond' END,
            updated_at = now()
-     WHERE saga_id = p_saga_id AND state = p_from AND version = p_version
-    RETURNING trace_id INTO v_trace;
+     WHERE s.saga_id = p_saga_id AND s.state = p_from AND s.version = v.version;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'saga % is no longer % at version %', p_saga_id, p_from, p_version
+        RAISE EXCEPTION 'saga % is no longer % at version %', p_saga_id, p_from, v.version
             USING ERRCODE = 'serialization_failure';
     END IF;
 
     INSERT INTO saga_history (saga_id, version, from_state, to_state, cause, message_id)
-    VALUES (p_saga_id, p_version + 1, p_from, p_to, p_cause, p_event_id);
+    VALUES (p_saga_id, v.version + 1, p_from, p_to, p_cause, p_event_id);
 
     IF p_out_id IS NOT NULL THEN
-        -- claimed at birth by the caller, which sends it at once
+        payload := p_out_payload;
+        IF p_with_item THEN
+            payload := payload || jsonb_build_object('itemId', v.item_id, 'qty', v.qty);
+        END IF;
         INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,
                                      next_attempt_at)
-        VALUES (p_out_id, 'command', p_out_dest, p_out_type, p_out_payload, v_trace,
+        VALUES (p_out_id, 'command', p_out_dest, p_out_type, payload, v.trace_id,
                 now() + p_lease_ms * interval '1 millisecond');
     END IF;
-    RETURN 'applied';
+    result := 'applied';
+    state := p_to;
+    compensation := p_new_undo;
+    trace_id := v.trace_id;
 END
 $$;
-COMMENT ON FUNCTION saga_transition(uuid, uuid, text, int, text, text, text, bigint, uuid, text, text, jsonb, int)
-    IS 'Applies one saga transition guarded by state and version, with its inbox row, history row and outgoing command.';
+COMMENT ON FUNCTION saga_apply(uuid, uuid, text, text, text, text, text, bigint, uuid, text, text, jsonb, boolean, int)
+    IS 'Applies one saga transition decided by the caller, guarded by state and version, with its inbox row, history row and outgoing command, in one round trip.';
 
 -- Expired idempotency keys, in small batches (called by the service).
 CREATE FUNCTION purge_idempotency(p_limit int) RETURNS integer

@@ -257,48 +257,45 @@ static void get_order(struct evhttp_request *req, void *svc, const char *tail)
 
 /* --- transitions: events and deadlines --------------------------------- */
 
-static const char read_sql[] =
-	"SELECT state, version, compensation, customer_id, item_id, qty, amount,"
-	"       $2::uuid IS NOT NULL AND EXISTS (SELECT 1 FROM processed_messages"
-	"                                         WHERE message_id = $2::uuid),"
-	"       trace_id"
-	"  FROM saga_instances WHERE saga_id = $1";
-
-static const char transition_sql[] =
-	"SELECT saga_transition($1, $2, $3, $4::int, $5, $6, $7, $8::bigint, $9, $10, $11,"
-	"                       $12::jsonb, $13::int)";
+/* See saga_apply in sql/orchestrator/002_saga.sql. */
+static const char apply_sql[] =
+	"SELECT * FROM saga_apply($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11,"
+	"                         $12::jsonb, $13::boolean, $14::int)";
 
 enum outcome { OUT_APPLIED, OUT_DUPLICATE, OUT_IGNORED, OUT_NOT_FOUND, OUT_DB_ERROR };
 
 /*
- * One event (or deadline) applied to one saga: read, decide with saga_next,
- * write guarded by the version read; on a lost race, read again.
+ * One event (or deadline) applied to one saga. The decision is made here,
+ * for the one state the event can act in (saga_expected; for a deadline,
+ * the state the sweep saw), and sent with the read: saga_apply writes it
+ * only if the saga is still there, guarded by its version.
  */
 struct transition {
 	enum saga_event ev;
 	char event_id[UUID_STR_LEN]; /* "" for StepTimeout */
 	char saga_id[UUID_STR_LEN];
-	char trace[33];
+	enum saga_state from;
+	enum saga_undo undo;
+	struct saga_step step;
 	int tries;
 	const char *why;             /* OUT_IGNORED: reason */
 	struct db_error err;         /* OUT_DB_ERROR: copy without message */
-	struct saga_step step;
-	enum saga_state from;
 	char cmd_id[UUID_STR_LEN];
-	char payload[320];
+	char payload[160];
 	void (*done)(struct transition *t, enum outcome o);
 	struct evhttp_request *req;  /* events only */
 };
 
-static void transition_read(struct transition *t);
+static void transition_send(struct transition *t);
 
-static void transition_written(void *arg, PGresult *res, const struct db_error *err)
+static void transition_applied(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct transition *t = arg;
+	const char *result;
 
 	if (err->status != DB_OK) {
 		if (db_retryable(err) && ++t->tries < TRANSITION_TRIES) {
-			transition_read(t); /* the saga moved on: decide again */
+			transition_send(t); /* the saga moved meanwhile: see where it is now */
 			return;
 		}
 		t->err = *err;
@@ -306,14 +303,32 @@ static void transition_written(void *arg, PGresult *res, const struct db_error *
 		t->done(t, OUT_DB_ERROR);
 		return;
 	}
-	if (strcmp(PQgetvalue(res, 0, 0), "duplicate") == 0) {
+	result = PQgetvalue(res, 0, 0);
+	if (strcmp(result, "not_found") == 0) {
+		t->done(t, OUT_NOT_FOUND);
+		return;
+	}
+	if (strcmp(result, "duplicate") == 0) {
 		t->done(t, OUT_DUPLICATE);
 		return;
 	}
-	char labels[96];
+	if (strcmp(result, "ignored") == 0) {
+		int st = saga_state_parse(PQgetvalue(res, 0, 1));
+		int undo = saga_undo_parse(db_val(res, 0, 2));
+		struct saga_step unused;
+
+		t->why = "unknown_state";
+		if (st >= 0 && undo >= 0)
+			saga_next((enum saga_state)st, (enum saga_undo)undo, t->ev, &unused, &t->why);
+		t->done(t, OUT_IGNORED);
+		return;
+	}
+
+	const char *trace = db_val(res, 0, 4);
 	struct log_ctx lc = { .saga_id = t->saga_id,
 			      .message_id = t->event_id[0] ? t->event_id : NULL,
-			      .trace_id = t->trace[0] ? t->trace : NULL };
+			      .trace_id = trace };
+	char labels[96];
 
 	snprintf(labels, sizeof(labels), "from=\"%s\",to=\"%s\"", saga_state_name(t->from),
 		 saga_state_name(t->step.to));
@@ -323,66 +338,26 @@ static void transition_written(void *arg, PGresult *res, const struct db_error *
 	if (t->step.command != SAGA_CMD_NONE)
 		outbox_send(O.app.outbox, t->cmd_id, "command",
 			    saga_command_destination(t->step.command),
-			    saga_command_name(t->step.command), t->payload,
-			    t->trace[0] ? t->trace : NULL);
+			    saga_command_name(t->step.command), PQgetvalue(res, 0, 3), trace);
 	t->done(t, OUT_APPLIED);
 }
 
-static void transition_decide(void *arg, PGresult *res, const struct db_error *err)
+static void transition_send(struct transition *t)
 {
-	struct transition *t = arg;
-	char version_s[16], deadline_s[24];
-	const char *cmd_name;
-	int st, undo, version;
+	const char *cmd_name = saga_command_name(t->step.command);
+	char deadline_s[24];
 
-	if (err->status != DB_OK) {
-		t->err = *err;
-		t->err.message = NULL;
-		t->done(t, OUT_DB_ERROR);
-		return;
-	}
-	if (PQntuples(res) == 0) {
-		t->done(t, OUT_NOT_FOUND);
-		return;
-	}
-	if (PQgetvalue(res, 0, 7)[0] == 't') {
-		t->done(t, OUT_DUPLICATE);
-		return;
-	}
-	st = saga_state_parse(PQgetvalue(res, 0, 0));
-	version = atoi(PQgetvalue(res, 0, 1));
-	undo = saga_undo_parse(db_val(res, 0, 2));
-	if (st < 0 || undo < 0) {
-		t->why = "unknown_state";
-		t->done(t, OUT_IGNORED);
-		return;
-	}
-	t->from = (enum saga_state)st;
-	snprintf(t->trace, sizeof(t->trace), "%s", PQgetvalue(res, 0, 8));
-	if (!saga_next(t->from, (enum saga_undo)undo, t->ev, &t->step, &t->why)) {
-		t->done(t, OUT_IGNORED);
-		return;
-	}
-	cmd_name = saga_command_name(t->step.command);
-	t->payload[0] = '\0';
 	if (cmd_name) {
 		uuid_new(t->cmd_id);
-		if (t->step.command == SAGA_CMD_RESERVE)
-			snprintf(t->payload, sizeof(t->payload),
-				 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"itemId\":\"%s\","
-				 "\"qty\":%s}",
-				 t->cmd_id, t->saga_id, PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 5));
-		else
-			snprintf(t->payload, sizeof(t->payload),
-				 "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}", t->cmd_id, t->saga_id);
+		snprintf(t->payload, sizeof(t->payload), "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}",
+			 t->cmd_id, t->saga_id);
 	}
-	snprintf(version_s, sizeof(version_s), "%d", version);
 	snprintf(deadline_s, sizeof(deadline_s), "%lld", (long long)O.step_timeout_ms);
-	const char *params[13] = {
+	const char *params[14] = {
 		t->event_id[0] ? t->event_id : NULL,
 		t->saga_id,
 		saga_state_name(t->from),
-		version_s,
+		saga_undo_name(t->undo),
 		saga_state_name(t->step.to),
 		saga_undo_name(t->step.undo),
 		saga_event_name(t->ev),
@@ -391,16 +366,18 @@ static void transition_decide(void *arg, PGresult *res, const struct db_error *e
 		saga_command_destination(t->step.command),
 		cmd_name,
 		cmd_name ? t->payload : NULL,
+		t->step.command == SAGA_CMD_RESERVE ? "true" : "false",
 		outbox_lease_ms(O.app.outbox),
 	};
-	db_query(O.app.pool, transition_sql, 13, params, transition_written, t);
+	db_query(O.app.pool, apply_sql, 14, params, transition_applied, t);
 }
 
-static void transition_read(struct transition *t)
+/* Decides what ev does to a saga in from/undo; false when it does nothing. */
+static bool transition_decide(struct transition *t, enum saga_state from, enum saga_undo undo)
 {
-	const char *params[2] = { t->saga_id, t->event_id[0] ? t->event_id : NULL };
-
-	db_query(O.app.pool, read_sql, 2, params, transition_decide, t);
+	t->from = from;
+	t->undo = undo;
+	return saga_next(from, undo, t->ev, &t->step, &t->why);
 }
 
 static void event_done(struct transition *t, enum outcome o)
@@ -477,12 +454,18 @@ static void post_event(struct evhttp_request *req, void *svc, const char *tail)
 	snprintf(t->event_id, sizeof(t->event_id), "%s", event_id);
 	snprintf(t->saga_id, sizeof(t->saga_id), "%s", saga_id);
 	json_object_put(obj);
-	transition_read(t);
+
+	enum saga_state from;
+	enum saga_undo undo;
+
+	if (!saga_expected(t->ev, &from, &undo) || !transition_decide(t, from, undo))
+		abort(); /* saga_fsm guarantees one state per event (unit-tested) */
+	transition_send(t);
 }
 
 /* Step deadlines: sagas past theirs compensate (StepTimeout). */
 static const char overdue_sql[] =
-	"SELECT saga_id FROM saga_instances"
+	"SELECT saga_id, state, compensation FROM saga_instances"
 	" WHERE state IN ('PendingPayment', 'PendingInventory') AND deadline_at <= now()"
 	" ORDER BY deadline_at LIMIT " DEADLINE_BATCH;
 
@@ -512,10 +495,18 @@ static void overdue_found(void *arg, PGresult *res, const struct db_error *err)
 
 		if (!t)
 			abort();
+		int st = saga_state_parse(PQgetvalue(res, i, 1));
+		int undo = saga_undo_parse(db_val(res, i, 2));
+
 		t->ev = SAGA_STEP_TIMEOUT;
 		t->done = deadline_done;
 		snprintf(t->saga_id, sizeof(t->saga_id), "%s", PQgetvalue(res, i, 0));
-		transition_read(t);
+		if (st < 0 || undo < 0 ||
+		    !transition_decide(t, (enum saga_state)st, (enum saga_undo)undo)) {
+			deadline_done(t, OUT_IGNORED);
+			continue;
+		}
+		transition_send(t);
 	}
 }
 

@@ -72,6 +72,20 @@ bool saga_next(enum saga_state from, enum saga_undo undo, enum saga_event ev,
 	return false;
 }
 
+bool saga_expected(enum saga_event ev, enum saga_state *from, enum saga_undo *undo)
+{
+	int found = 0;
+
+	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
+		if (rules[i].ev != ev)
+			continue;
+		*from = rules[i].from;
+		*undo = rules[i].undo;
+		found++;
+	}
+	return found == 1;
+}
+
 static int parse(const char *const *names, int n, const char *s)
 {
 	for (int i = 0; s && i < n; i++)

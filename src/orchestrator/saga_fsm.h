@@ -67,6 +67,14 @@ struct saga_step {
 bool saga_next(enum saga_state from, enum saga_undo undo, enum saga_event ev,
 	       struct saga_step *step, const char **why);
 
+/*
+ * The one state (and awaited undo) in which event ev does something. Every
+ * event but StepTimeout has exactly one, which lets the orchestrator send
+ * its decision along with the read, in one round trip. Returns false for
+ * StepTimeout.
+ */
+bool saga_expected(enum saga_event ev, enum saga_state *from, enum saga_undo *undo);
+
 /* Names as in the database and the API; parse returns -1 for unknown. */
 const char *saga_state_name(enum saga_state s);
 int saga_state_parse(const char *s);

@@ -116,6 +116,34 @@ START_TEST(fsm_exhaustive)
 }
 END_TEST
 
+/* Every event but StepTimeout acts in exactly one state. */
+START_TEST(fsm_expected_state_is_unique)
+{
+	for (int ev = 0; ev < SAGA_EVENT_COUNT; ev++) {
+		enum saga_state from;
+		enum saga_undo undo;
+		struct saga_step s;
+		const char *why;
+
+		if (ev == SAGA_STEP_TIMEOUT) {
+			ck_assert(!saga_expected(ev, &from, &undo));
+			continue;
+		}
+		ck_assert(saga_expected(ev, &from, &undo));
+		ck_assert(saga_next(from, undo, ev, &s, &why));
+		for (int st = 0; st < SAGA_STATE_COUNT; st++)
+			for (int u = SAGA_UNDO_NONE; u <= SAGA_UNDO_REFUND; u++)
+				if (st != (int)from || u != (int)undo)
+					ck_assert(!saga_next(st, u, ev, &s, &why));
+	}
+	enum saga_state from;
+	enum saga_undo undo;
+	ck_assert(saga_expected(SAGA_INVENTORY_RELEASED, &from, &undo));
+	ck_assert_int_eq(from, SAGA_COMPENSATING);
+	ck_assert_int_eq(undo, SAGA_UNDO_RELEASE);
+}
+END_TEST
+
 START_TEST(fsm_names_round_trip)
 {
 	for (int st = 0; st < SAGA_STATE_COUNT; st++)
@@ -143,6 +171,7 @@ Suite *fsm_suite(void)
 	tcase_add_test(tc, fsm_rejection_refunds);
 	tcase_add_test(tc, fsm_timeout_compensates_in_reverse);
 	tcase_add_test(tc, fsm_exhaustive);
+	tcase_add_test(tc, fsm_expected_state_is_unique);
 	tcase_add_test(tc, fsm_names_round_trip);
 	suite_add_tcase(s, tc);
 	return s;
