@@ -809,6 +809,24 @@ START_TEST(step_timeout_compensates)
 }
 END_TEST
 
+/* More overdue sagas than one sweep takes: all of them compensate. */
+START_TEST(deadline_backlog_drains)
+{
+	char saga[UUID_STR_LEN];
+	const char *const fast[] = { "STEP_TIMEOUT_MS=400", NULL };
+
+	env_start(&env, SVC_ORCH, fast); /* payment down: every saga times out */
+	for (int i = 0; i < 250; i++)
+		new_order("c-18", "A001", 1, 10, saga);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+				     " WHERE state = 'Compensating' AND compensation = 'refund'",
+			       "250", WAIT_MS));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_history"
+					  " WHERE cause = 'StepTimeout'", 0, NULL),
+			 250);
+}
+END_TEST
+
 /* --- security ------------------------------------------------------------- */
 
 START_TEST(role_isolation)
@@ -1285,6 +1303,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(saga, out_of_stock_compensates);
 	tcase_add_test(saga, step_timeout_compensates);
 	tcase_add_test(saga, no_double_compensation);
+	tcase_add_test(saga, deadline_backlog_drains);
 	tcase_add_test(idem, entry_idempotency_sequential);
 	tcase_add_test(idem, entry_idempotency_concurrent);
 	tcase_add_test(idem, receiver_idempotency);

@@ -20,7 +20,7 @@
 #include "uuid.h"
 
 #define TRANSITION_TRIES 5
-#define DEADLINE_BATCH "100"
+#define DEADLINE_BATCH 100
 
 static struct {
 	struct app app;
@@ -467,18 +467,27 @@ static void post_event(struct evhttp_request *req, void *svc, const char *tail)
 static const char overdue_sql[] =
 	"SELECT saga_id, state, compensation FROM saga_instances"
 	" WHERE state IN ('PendingPayment', 'PendingInventory') AND deadline_at <= now()"
-	" ORDER BY deadline_at LIMIT " DEADLINE_BATCH;
+	" ORDER BY deadline_at LIMIT $1";
 
 static int sweeps_open;
+static bool sweep_full;   /* the last batch was full: more may be overdue */
+static int sweep_applied; /* and it made progress (else wait for the tick) */
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg);
 
 static void deadline_done(struct transition *t, enum outcome o)
 {
 	if (o == OUT_DB_ERROR && t->err.status == DB_SQL_ERROR)
 		log_warn("step timeout of saga %s failed: SQLSTATE %s", t->saga_id,
 			 t->err.sqlstate);
+	sweep_applied += o == OUT_APPLIED;
 	free(t);
-	if (--sweeps_open == 0)
+	if (--sweeps_open == 0) {
 		O.sweeping = false;
+		/* a backlog of overdue sagas drains at once, not a batch a tick */
+		if (sweep_full && sweep_applied > 0)
+			deadline_cb(-1, 0, NULL);
+	}
 }
 
 static void overdue_found(void *arg, PGresult *res, const struct db_error *err)
@@ -490,6 +499,8 @@ static void overdue_found(void *arg, PGresult *res, const struct db_error *err)
 		return;
 	}
 	sweeps_open = n;
+	sweep_full = n == DEADLINE_BATCH;
+	sweep_applied = 0;
 	for (int i = 0; i < n; i++) {
 		struct transition *t = calloc(1, sizeof(*t));
 
@@ -514,8 +525,13 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 {
 	if (O.sweeping || O.app.stopping)
 		return;
+	char limit[16];
+
+	snprintf(limit, sizeof(limit), "%d", DEADLINE_BATCH);
+	const char *params[1] = { limit };
+
 	O.sweeping = true;
-	db_query(O.app.pool, overdue_sql, 0, NULL, overdue_found, NULL);
+	db_query(O.app.pool, overdue_sql, 1, params, overdue_found, NULL);
 }
 
 static void purge_done(void *arg, PGresult *res, const struct db_error *err)
