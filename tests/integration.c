@@ -656,6 +656,35 @@ START_TEST(duplicate_and_out_of_order_events)
 END_TEST
 
 /*
+ * Posts two events with new ids for each of n sagas, all at once (path_a
+ * for the first of each pair, path_b for the second); every answer is 200.
+ */
+static void post_event_pairs(char (*sagas)[UUID_STR_LEN], int n, const char *path_a,
+			     const char *path_b)
+{
+	char ids[64][UUID_STR_LEN];
+	char *bodies[64];
+	struct par ps[64];
+
+	ck_assert_int_le(2 * n, 64);
+	internal_headers();
+	for (int i = 0; i < 2 * n; i++) {
+		uuid_new(ids[i]);
+		bodies[i] = event_body(ids[i], sagas[i / 2]);
+		ps[i] = (struct par){ .port = env.port[SVC_ORCH], .method = "POST",
+				      .path = i % 2 ? path_b : path_a, .body = bodies[i],
+				      .headers = { auth_header, NULL } };
+	}
+	run_parallel(ps, 2 * n);
+	for (int i = 0; i < 2 * n; i++) {
+		ck_assert_msg(ps[i].resp.status == 200, "status %d: %s", ps[i].resp.status,
+			      ps[i].resp.body);
+		http_resp_free(&ps[i].resp);
+		free(bodies[i]);
+	}
+}
+
+/*
  * Conflicting events for one saga at the same moment (success and failure
  * of the payment, with different ids): the version guard lets exactly one
  * transition through; the other answers 200 ignored after re-reading.
@@ -663,29 +692,12 @@ END_TEST
 START_TEST(conflicting_events_one_transition)
 {
 	enum { N = 12 };
-	char sagas[N][UUID_STR_LEN], ids[2 * N][UUID_STR_LEN];
-	char *bodies[2 * N];
-	struct par ps[2 * N];
+	char sagas[N][UUID_STR_LEN];
 
 	env_start(&env, SVC_ORCH, NULL); /* payment down: sagas stay PendingPayment */
 	for (int i = 0; i < N; i++)
 		new_order("c-9", "A001", 1, 100, sagas[i]);
-	internal_headers();
-	for (int i = 0; i < 2 * N; i++) {
-		uuid_new(ids[i]);
-		bodies[i] = event_body(ids[i], sagas[i / 2]);
-		ps[i] = (struct par){ .port = env.port[SVC_ORCH], .method = "POST",
-				      .path = i % 2 ? "/events/PaymentFailed"
-						    : "/events/PaymentSucceeded",
-				      .body = bodies[i], .headers = { auth_header, NULL } };
-	}
-	run_parallel(ps, 2 * N);
-	for (int i = 0; i < 2 * N; i++) {
-		ck_assert_msg(ps[i].resp.status == 200, "status %d: %s", ps[i].resp.status,
-			      ps[i].resp.body);
-		http_resp_free(&ps[i].resp);
-		free(bodies[i]);
-	}
+	post_event_pairs(sagas, N, "/events/PaymentSucceeded", "/events/PaymentFailed");
 	for (int i = 0; i < N; i++) {
 		ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances"
 					" WHERE saga_id = '%s'", sagas[i]), 2);
@@ -700,20 +712,7 @@ START_TEST(conflicting_events_one_transition)
 	 */
 	free(env_sql(&env, "UPDATE orchestrator.saga_instances SET state = 'Compensating',"
 			   " compensation = 'release', deadline_at = NULL", 0, NULL));
-	for (int i = 0; i < 2 * N; i++) {
-		uuid_new(ids[i]);
-		bodies[i] = event_body(ids[i], sagas[i / 2]);
-		ps[i] = (struct par){ .port = env.port[SVC_ORCH], .method = "POST",
-				      .path = "/events/InventoryReleased", .body = bodies[i],
-				      .headers = { auth_header, NULL } };
-	}
-	run_parallel(ps, 2 * N);
-	for (int i = 0; i < 2 * N; i++) {
-		ck_assert_msg(ps[i].resp.status == 200, "status %d: %s", ps[i].resp.status,
-			      ps[i].resp.body);
-		http_resp_free(&ps[i].resp);
-		free(bodies[i]);
-	}
+	post_event_pairs(sagas, N, "/events/InventoryReleased", "/events/InventoryReleased");
 	for (int i = 0; i < N; i++) {
 		ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances"
 					" WHERE saga_id = '%s'", sagas[i]), 3);
