@@ -463,6 +463,28 @@ long long env_sql_ll(struct saga_env *e, const char *sql, int nparams, const cha
  * migrations have yet to create, or the end of an outage. The last value or
  * error is printed when it times out.
  */
+long long env_sql_llf(struct saga_env *e, const char *fmt, ...)
+{
+	char sql[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof(sql), fmt, ap);
+	va_end(ap);
+	return env_sql_ll(e, sql, 0, NULL);
+}
+
+char *env_sqlf(struct saga_env *e, const char *fmt, ...)
+{
+	char sql[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof(sql), fmt, ap);
+	va_end(ap);
+	return env_sql(e, sql, 0, NULL);
+}
+
 bool env_wait_sql(struct saga_env *e, const char *sql, const char *want, int timeout_ms)
 {
 	long long deadline = now_ms() + timeout_ms;

@@ -94,6 +94,14 @@ void http_resp_free(struct http_resp *r);
 char *env_sql(struct saga_env *e, const char *sql, int nparams, const char *const *params);
 long long env_sql_ll(struct saga_env *e, const char *sql, int nparams,
 		     const char *const *params);
+/*
+ * printf-style variants, for tests that splice in ids they generated
+ * themselves (never input from elsewhere).
+ */
+long long env_sql_llf(struct saga_env *e, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+char *env_sqlf(struct saga_env *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Polls sql (no params) every 20 ms until its first value equals want,
  * or timeout_ms passes; returns true when it matched. */
 bool env_wait_sql(struct saga_env *e, const char *sql, const char *want, int timeout_ms);

@@ -121,28 +121,7 @@ static bool wait_state(const char *saga, const char *state)
 	return env_wait_sql(&env, sql, state, WAIT_MS);
 }
 
-/* printf-style SQL: tests pass only ids they generated themselves */
-__attribute__((format(printf, 1, 2))) static long long sql_ll(const char *fmt, ...)
-{
-	char sql[1024];
-	va_list ap;
 
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof(sql), fmt, ap);
-	va_end(ap);
-	return env_sql_ll(&env, sql, 0, NULL);
-}
-
-__attribute__((format(printf, 1, 2))) static char *sql_str(const char *fmt, ...)
-{
-	char sql[1024];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof(sql), fmt, ap);
-	va_end(ap);
-	return env_sql(&env, sql, 0, NULL);
-}
 
 static int post_internal(enum svc s, const char *path, const char *body, struct http_resp *r)
 {
@@ -192,13 +171,17 @@ START_TEST(happy_path)
 	seed_stock("A001", 5);
 	new_order("c-1", "A001", 2, 1200, saga);
 	ck_assert(wait_state(saga, "Completed"));
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
 				" AND status = 'captured' AND amount = 1200", saga), 1);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM inventory.reservations WHERE saga_id = '%s'"
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM inventory.reservations WHERE saga_id = '%s'"
 				" AND status = 'reserved' AND qty = 2", saga), 1);
-	ck_assert_int_eq(sql_ll("SELECT available FROM inventory.stock WHERE item_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT available FROM inventory.stock WHERE item_id = '%s'",
 				"A001"), 3);
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-1"), 1000000 - 1200);
 
 	snprintf(path, sizeof(path), "/orders/%s", saga);
@@ -230,11 +213,14 @@ START_TEST(decline_fails)
 	seed_stock("A001", 5);
 	new_order("poor", "A001", 1, 1000001, saga); /* default credit is 1000000 */
 	ck_assert(wait_state(saga, "Failed"));
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
 				" AND status = 'declined'", saga), 1);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM inventory.reservations WHERE saga_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM inventory.reservations WHERE saga_id = '%s'",
 				saga), 0);
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"poor"), 1000000);
 }
 END_TEST
@@ -247,18 +233,21 @@ START_TEST(out_of_stock_compensates)
 	seed_stock("B001", 0);
 	new_order("c-2", "B001", 1, 700, saga);
 	ck_assert(wait_state(saga, "Compensated"));
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
 				" AND status = 'refunded'", saga), 1);
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-2"), 1000000);
-	char *states = sql_str("SELECT string_agg(to_state, ',' ORDER BY version)"
+	char *states = env_sqlf(&env, "SELECT string_agg(to_state, ',' ORDER BY version)"
 			       " FROM orchestrator.saga_history WHERE saga_id = '%s'", saga);
 	ck_assert_str_eq(states, "PendingPayment,PendingInventory,Compensating,Compensated");
 	free(states);
 	/* an unknown item compensates the same way */
 	new_order("c-2", "NOPE", 1, 700, saga);
 	ck_assert(wait_state(saga, "Compensated"));
-	char *reason = sql_str("SELECT reason FROM inventory.reservations WHERE saga_id = '%s'",
+	char *reason = env_sqlf(&env,
+				"SELECT reason FROM inventory.reservations WHERE saga_id = '%s'",
 			       saga);
 	ck_assert_str_eq(reason, "unknown_item");
 	free(reason);
@@ -382,11 +371,13 @@ START_TEST(receiver_idempotency)
 	ck_assert_int_eq(post_internal(SVC_PAY, "/commands/PayCommand", body, &r), 200);
 	ck_assert_ptr_nonnull(strstr(r.body, "\"duplicated\":true"));
 	http_resp_free(&r);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM payment.payments WHERE saga_id = '%s'", saga),
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'", saga),
 			 1);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM payment.outbox_messages"
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM payment.outbox_messages"
 				" WHERE payload->>'sagaId' = '%s'", saga), 1);
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-5"), 1000000 - 300);
 
 	/* ten copies of a new command at the same moment: one effect */
@@ -407,9 +398,10 @@ START_TEST(receiver_idempotency)
 		http_resp_free(&ps[i].resp);
 	}
 	ck_assert_int_eq(fresh, 1);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM payment.outbox_messages"
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM payment.outbox_messages"
 				" WHERE payload->>'sagaId' = '%s'", saga), 1);
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-5"), 1000000 - 600);
 }
 END_TEST
@@ -510,7 +502,8 @@ START_TEST(dead_letters_and_retry)
 	free(err);
 	env_start(&env, SVC_PAY, NULL);
 	usleep(300 * 1000);
-	ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances WHERE saga_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT version FROM orchestrator.saga_instances WHERE saga_id = '%s'",
 				saga), 1);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT orchestrator.retry_dead_letters()", 0, NULL), 1);
 	ck_assert(wait_state(saga, "Completed"));
@@ -599,10 +592,25 @@ static char *event_body(const char *event_id, const char *saga)
 	return b;
 }
 
+/* Posts event type for saga with event_id; checks the status and, if
+ * want_body is not NULL, that the answer contains it. */
+static void post_event(const char *type, const char *event_id, const char *saga, int want,
+		       const char *want_body)
+{
+	char path[96], *body = event_body(event_id, saga);
+	struct http_resp r;
+
+	snprintf(path, sizeof(path), "/events/%s", type);
+	ck_assert_int_eq(post_internal(SVC_ORCH, path, body, &r), want);
+	if (want_body)
+		ck_assert_msg(strstr(r.body, want_body) != NULL, "%s: %s", type, r.body);
+	http_resp_free(&r);
+	free(body);
+}
+
 START_TEST(duplicate_and_out_of_order_events)
 {
-	char saga[UUID_STR_LEN], ev[UUID_STR_LEN], *body;
-	struct http_resp r;
+	char saga[UUID_STR_LEN], ev[UUID_STR_LEN];
 
 	env_start_all(&env);
 	seed_stock("A001", 10);
@@ -610,48 +618,35 @@ START_TEST(duplicate_and_out_of_order_events)
 	ck_assert(wait_state(saga, "Completed"));
 
 	/* the real PaymentSucceeded again: recognised by its id */
-	char *pid = sql_str("SELECT message_id FROM orchestrator.saga_history"
+	char *pid = env_sqlf(&env, "SELECT message_id FROM orchestrator.saga_history"
 			    " WHERE saga_id = '%s' AND cause = 'PaymentSucceeded'", saga);
-	body = event_body(pid, saga);
-	ck_assert_int_eq(post_internal(SVC_ORCH, "/events/PaymentSucceeded", body, &r), 200);
-	ck_assert_ptr_nonnull(strstr(r.body, "\"duplicated\":true"));
-	http_resp_free(&r);
-	free(body);
+	post_event("PaymentSucceeded", pid, saga, 200, "\"duplicated\":true");
 	free(pid);
 
 	/* a new id that does not fit the state: ignored, nothing changes */
 	uuid_new(ev);
-	body = event_body(ev, saga);
-	ck_assert_int_eq(post_internal(SVC_ORCH, "/events/PaymentFailed", body, &r), 200);
-	ck_assert_ptr_nonnull(strstr(r.body, "\"ignored\":true"));
-	http_resp_free(&r);
-	free(body);
-	ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances WHERE saga_id = '%s'",
+	post_event("PaymentFailed", ev, saga, 200, "\"ignored\":true");
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT version FROM orchestrator.saga_instances WHERE saga_id = '%s'",
 				saga), 3);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.saga_history WHERE saga_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.saga_history WHERE saga_id = '%s'",
 				saga), 3);
 
 	/* out of order: inventory's answer before payment's */
 	env_stop(&env, SVC_PAY, SIGTERM);
 	new_order("c-8", "A001", 1, 100, saga);
 	uuid_new(ev);
-	body = event_body(ev, saga);
-	ck_assert_int_eq(post_internal(SVC_ORCH, "/events/InventoryReserved", body, &r), 200);
-	ck_assert_ptr_nonnull(strstr(r.body, "\"ignored\":true"));
-	http_resp_free(&r);
-	free(body);
-	ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances WHERE saga_id = '%s'",
+	post_event("InventoryReserved", ev, saga, 200, "\"ignored\":true");
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT version FROM orchestrator.saga_instances WHERE saga_id = '%s'",
 				saga), 1);
 
 	/* an event for a saga that does not exist is an error for its sender */
 	uuid_new(ev);
 	uuid_new(saga);
-	body = event_body(ev, saga);
-	ck_assert_int_eq(post_internal(SVC_ORCH, "/events/PaymentSucceeded", body, &r), 404);
-	http_resp_free(&r);
-	ck_assert_int_eq(post_internal(SVC_ORCH, "/events/NoSuchEvent", body, &r), 404);
-	http_resp_free(&r);
-	free(body);
+	post_event("PaymentSucceeded", ev, saga, 404, NULL);
+	post_event("NoSuchEvent", ev, saga, 404, NULL);
 }
 END_TEST
 
@@ -699,9 +694,9 @@ START_TEST(conflicting_events_one_transition)
 		new_order("c-9", "A001", 1, 100, sagas[i]);
 	post_event_pairs(sagas, N, "/events/PaymentSucceeded", "/events/PaymentFailed");
 	for (int i = 0; i < N; i++) {
-		ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances"
+		ck_assert_int_eq(env_sql_llf(&env, "SELECT version FROM orchestrator.saga_instances"
 					" WHERE saga_id = '%s'", sagas[i]), 2);
-		ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.saga_history"
+		ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_history"
 					" WHERE saga_id = '%s'", sagas[i]), 2);
 	}
 
@@ -714,14 +709,16 @@ START_TEST(conflicting_events_one_transition)
 			   " compensation = 'release', deadline_at = NULL", 0, NULL));
 	post_event_pairs(sagas, N, "/events/InventoryReleased", "/events/InventoryReleased");
 	for (int i = 0; i < N; i++) {
-		ck_assert_int_eq(sql_ll("SELECT version FROM orchestrator.saga_instances"
+		ck_assert_int_eq(env_sql_llf(&env, "SELECT version FROM orchestrator.saga_instances"
 					" WHERE saga_id = '%s'", sagas[i]), 3);
-		ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.outbox_messages"
+		ck_assert_int_eq(env_sql_llf(&env,
+					"SELECT count(*) FROM orchestrator.outbox_messages"
 					" WHERE type = 'RefundPaymentCommand'"
 					" AND payload->>'sagaId' = '%s'", sagas[i]), 1);
-		ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.saga_history"
+		ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_history"
 					" WHERE saga_id = '%s'", sagas[i]), 3);
-		ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.processed_messages p"
+		ck_assert_int_eq(env_sql_llf(&env,
+					"SELECT count(*) FROM orchestrator.processed_messages p"
 					" JOIN orchestrator.saga_history h USING (message_id)"
 					" WHERE h.saga_id = '%s'", sagas[i]), 2);
 	}
@@ -739,7 +736,8 @@ START_TEST(no_double_compensation)
 	seed_stock("B001", 0);
 	new_order("c-10", "B001", 1, 999, saga);
 	ck_assert(wait_state(saga, "Compensated"));
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-10"), 1000000);
 	/* another refund for the same saga, under a new command id */
 	uuid_new(cmd);
@@ -749,11 +747,13 @@ START_TEST(no_double_compensation)
 	ck_assert_int_eq(post_internal(SVC_PAY, "/commands/RefundPaymentCommand", body, &r), 200);
 	ck_assert_ptr_nonnull(strstr(r.body, "\"duplicated\":true"));
 	http_resp_free(&r);
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-10"), 1000000);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM payment.payments WHERE saga_id = '%s'", saga),
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'", saga),
 			 1);
-	char *st = sql_str("SELECT status FROM payment.payments WHERE saga_id = '%s'", saga);
+	char *st = env_sqlf(&env, "SELECT status FROM payment.payments WHERE saga_id = '%s'", saga);
 	ck_assert_str_eq(st, "refunded");
 	free(st);
 	ck_assert(wait_state(saga, "Compensated"));
@@ -770,14 +770,15 @@ START_TEST(no_double_compensation)
 		 cmd, saga);
 	ck_assert_int_eq(post_internal(SVC_PAY, "/commands/PayCommand", body, &r), 200);
 	http_resp_free(&r);
-	st = sql_str("SELECT status FROM payment.payments WHERE saga_id = '%s'", saga);
+	st = env_sqlf(&env, "SELECT status FROM payment.payments WHERE saga_id = '%s'", saga);
 	ck_assert_str_eq(st, "voided");
 	free(st);
-	char *reason = sql_str("SELECT payload->>'reason' FROM payment.outbox_messages"
+	char *reason = env_sqlf(&env, "SELECT payload->>'reason' FROM payment.outbox_messages"
 			       " WHERE type = 'PaymentFailed' AND payload->>'sagaId' = '%s'", saga);
 	ck_assert_str_eq(reason, "voided");
 	free(reason);
-	ck_assert_int_eq(sql_ll("SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-10"), 1000000);
 }
 END_TEST
@@ -796,7 +797,7 @@ START_TEST(step_timeout_compensates)
 	seed_stock("A001", 10);
 	new_order("c-11", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "Compensated"));
-	char *causes = sql_str("SELECT string_agg(cause, ',' ORDER BY version)"
+	char *causes = env_sqlf(&env, "SELECT string_agg(cause, ',' ORDER BY version)"
 			       " FROM orchestrator.saga_history WHERE saga_id = '%s'", saga);
 	ck_assert_str_eq(causes, "OrderPlaced,StepTimeout,PaymentRefunded");
 	free(causes);

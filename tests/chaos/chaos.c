@@ -351,16 +351,6 @@ static const char unsettled_sql[] =
 	"     + (SELECT count(*) FROM inventory.outbox_messages"
 	"         WHERE processed_at IS NULL AND dead_at IS NULL)";
 
-__attribute__((format(printf, 1, 2))) static long long sql_ll(const char *fmt, ...)
-{
-	char sql[2048];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof(sql), fmt, ap);
-	va_end(ap);
-	return env_sql_ll(&env, sql, 0, NULL);
-}
 
 static char *sql_text(const char *sql)
 {
@@ -398,8 +388,10 @@ static void check_one_saga_per_order(void)
 		      distinct, K.sagas);
 	ck_assert_msg(known == K.sagas, "%lld of the %ld sagas the clients were told about exist",
 		      known, K.sagas);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.saga_instances"), K.sagas);
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.idempotency_records"), K.sagas);
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.saga_instances"), K.sagas);
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.idempotency_records"), K.sagas);
 }
 
 START_TEST(chaos_invariants_hold)
@@ -495,7 +487,7 @@ START_TEST(chaos_invariants_hold)
 
 	/* --- what the clients were told, and the timelines --- */
 	check_one_saga_per_order();
-	ck_assert_int_eq(sql_ll("SELECT count(*) FROM orchestrator.saga_instances s"
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_instances s"
 				" WHERE s.version <> (SELECT count(*) FROM orchestrator.saga_history h"
 				"                     WHERE h.saga_id = s.saga_id)"
 				"    OR s.state <> (SELECT h.to_state FROM orchestrator.saga_history h"
@@ -526,19 +518,27 @@ START_TEST(chaos_invariants_hold)
 	}
 
 	/* --- the summary --- */
-	long long completed = sql_ll("SELECT count(*) FROM orchestrator.saga_instances WHERE state = 'Completed'");
-	long long failed = sql_ll("SELECT count(*) FROM orchestrator.saga_instances WHERE state = 'Failed'");
-	long long compensated = sql_ll("SELECT count(*) FROM orchestrator.saga_instances WHERE state = 'Compensated'");
-	long long timeouts = sql_ll("SELECT count(DISTINCT saga_id) FROM orchestrator.saga_history WHERE cause = 'StepTimeout'");
-	long long voided = sql_ll("SELECT (SELECT count(*) FROM payment.payments WHERE status = 'voided')"
+	long long completed = env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.saga_instances WHERE state = 'Completed'");
+	long long failed = env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.saga_instances WHERE state = 'Failed'");
+	long long compensated = env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.saga_instances WHERE state = 'Compensated'");
+	long long timeouts = env_sql_llf(&env,
+				"SELECT count(DISTINCT saga_id) FROM orchestrator.saga_history WHERE cause = 'StepTimeout'");
+	long long voided = env_sql_llf(&env,
+				"SELECT (SELECT count(*) FROM payment.payments WHERE status = 'voided')"
 				  " + (SELECT count(*) FROM inventory.reservations WHERE status = 'voided')");
 #define ALL_OUTBOX                                                                      \
 	" FROM (SELECT attempt_count, processed_at FROM orchestrator.outbox_messages"        \
 	" UNION ALL SELECT attempt_count, processed_at FROM payment.outbox_messages"        \
 	" UNION ALL SELECT attempt_count, processed_at FROM inventory.outbox_messages) o"
-	long long delivered = sql_ll("SELECT count(*) FILTER (WHERE processed_at IS NOT NULL)" ALL_OUTBOX);
-	long long failed_attempts = sql_ll("SELECT coalesce(sum(attempt_count), 0)" ALL_OUTBOX);
-	long long rows_retried = sql_ll("SELECT count(*) FILTER (WHERE attempt_count > 0)" ALL_OUTBOX);
+	long long delivered = env_sql_llf(&env,
+				"SELECT count(*) FILTER (WHERE processed_at IS NOT NULL)" ALL_OUTBOX);
+	long long failed_attempts = env_sql_llf(&env,
+				"SELECT coalesce(sum(attempt_count), 0)" ALL_OUTBOX);
+	long long rows_retried = env_sql_llf(&env,
+				"SELECT count(*) FILTER (WHERE attempt_count > 0)" ALL_OUTBOX);
 	for (int s = 0; s < SVC_COUNT; s++)
 		scrape_dups(&st, (enum svc)s);
 
