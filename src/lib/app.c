@@ -10,6 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "admin.h"
+#include "admin_api.h"
+#include "admin_auth.h"
 #include "backoff.h"
 #include "db.h"
 #include "httpc.h"
@@ -194,6 +197,8 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	    "host:port of the HTTP server");
 	VAR("INTERNAL_TOKEN", ENVCFG_STRING, &app->token, NULL, 0, 0,
 	    "shared secret for internal endpoints (Authorization: Bearer)", true);
+	VAR("ADMIN_TOKEN", ENVCFG_STRING, &app->admin_token, "", 0, 0,
+	    "secret for the admin API and console (at least 16 characters); unset: both off");
 	VAR("DISPATCH_BATCH", ENVCFG_INT, &app->batch, "64", 1, 1000, "outbox rows claimed per round");
 	VAR("RETRY_MAX_ATTEMPTS", ENVCFG_INT, &app->retry_max, "10", 1, 1000000,
 	    "delivery attempts before a message is a dead letter");
@@ -286,6 +291,55 @@ static int open_peers(struct app *app, struct outbox_peer *op, char *err, size_t
 
 static void on_signal(evutil_socket_t sig, short what, void *arg);
 
+/* Empty means unset; a set one must be long and differ from INTERNAL_TOKEN. */
+static int check_admin_token(struct app *app)
+{
+	if (app->admin_token && !*app->admin_token)
+		app->admin_token = NULL;
+	if (!app->admin_token)
+		return 0;
+	if (strlen(app->admin_token) < ADMIN_TOKEN_MIN) {
+		fprintf(stderr, "saga-%s: ADMIN_TOKEN: at least %d characters, please\n",
+			app->spec->service, ADMIN_TOKEN_MIN);
+		return -1;
+	}
+	if (strcmp(app->admin_token, app->token) == 0) {
+		fprintf(stderr, "saga-%s: ADMIN_TOKEN must differ from INTERNAL_TOKEN\n",
+			app->spec->service);
+		return -1;
+	}
+	return 0;
+}
+
+/* The service's routes, the common ones, and the admin API's. */
+static size_t all_routes(struct app *app)
+{
+	const struct httpd_route *admin, *api;
+	const struct admin_spec *as = app->spec->admin;
+	size_t nadmin = admin_routes(&admin), napi = admin_api_routes(&api);
+	size_t n = app->spec->nroutes + sizeof(common_routes) / sizeof(common_routes[0]) + 1 +
+		   nadmin + napi + (as ? as->nroutes : 0);
+
+	app->all_routes = calloc(n, sizeof(*app->all_routes));
+	if (!app->all_routes)
+		abort();
+	n = 0;
+	for (size_t i = 0; i < app->spec->nroutes; i++)
+		app->all_routes[n++] = app->spec->routes[i];
+	for (size_t i = 0; i < sizeof(common_routes) / sizeof(common_routes[0]); i++)
+		app->all_routes[n++] = common_routes[i];
+	if (app->spec->faults)
+		app->all_routes[n++] = fault_route;
+	for (size_t i = 0; i < nadmin; i++)
+		app->all_routes[n++] = admin[i];
+	/* the service's own first: /admin/api/sagas/ is more specific there */
+	for (size_t i = 0; as && i < as->nroutes; i++)
+		app->all_routes[n++] = as->routes[i];
+	for (size_t i = 0; i < napi; i++)
+		app->all_routes[n++] = api[i];
+	return n;
+}
+
 int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv, bool *done)
 {
 	struct envcfg_var vars[64];
@@ -326,6 +380,8 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 		return 2;
 	}
 	log_min_level = lvl;
+	if (check_admin_token(app) != 0)
+		return 2;
 	if (envcfg_parse_addr(app->listen_addr, host, sizeof(host), &port) != 0) {
 		fprintf(stderr, "saga-%s: LISTEN_ADDR: expected host:port, got '%s'\n",
 			spec->service, app->listen_addr);
@@ -365,23 +421,15 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 	if (!app->outbox)
 		return 1;
 
-	n = spec->nroutes + sizeof(common_routes) / sizeof(common_routes[0]) + 1;
-	app->all_routes = calloc(n, sizeof(*app->all_routes));
-	if (!app->all_routes)
-		abort();
-	n = 0;
-	for (size_t i = 0; i < spec->nroutes; i++)
-		app->all_routes[n++] = spec->routes[i];
-	for (size_t i = 0; i < sizeof(common_routes) / sizeof(common_routes[0]); i++)
-		app->all_routes[n++] = common_routes[i];
-	if (spec->faults)
-		app->all_routes[n++] = fault_route;
+	n = all_routes(app);
 	app->httpd = httpd_new(app->base, host, port, app->all_routes, n, app->token, app, err,
 			       sizeof(err));
 	if (!app->httpd) {
 		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
 		return 1;
 	}
+	if (app->admin_token)
+		admin_enable(app);
 	app->sig_term = evsignal_new(app->base, SIGTERM, on_signal, app);
 	app->sig_int = evsignal_new(app->base, SIGINT, on_signal, app);
 	evsignal_add(app->sig_term, NULL);
@@ -439,6 +487,7 @@ void app_free(struct app *app)
 	if (app->sig_int)
 		event_free(app->sig_int);
 	httpd_free(app->httpd);
+	admin_disable();
 	outbox_free(app->outbox);
 	for (size_t i = 0; app->peers && i < app->spec->npeers; i++)
 		httpc_peer_free(app->peers[i]);

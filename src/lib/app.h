@@ -18,6 +18,8 @@
 struct event_base;
 struct evhttp_request;
 
+struct admin_spec;
+
 struct app_peer_spec {
 	const char *destination; /* outbox destination, e.g. "payment" */
 	const char *env;         /* e.g. "PAYMENT_URL" */
@@ -37,6 +39,7 @@ struct app_spec {
 	const struct app_peer_spec *peers;
 	size_t npeers;
 	bool faults; /* FAULT_* settings and POST /admin/faults */
+	const struct admin_spec *admin; /* the service's admin API part (admin_api.h) */
 };
 
 struct app {
@@ -52,6 +55,7 @@ struct app {
 	const char *database_url;
 	const char *listen_addr;
 	const char *token;
+	const char *admin_token; /* ADMIN_TOKEN; NULL when unset: admin API off */
 	const char *log_level;
 	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
 	int64_t breaker_failures, breaker_open_ms, pool_size, retention_s;

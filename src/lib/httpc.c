@@ -18,6 +18,7 @@
 struct call {
 	TAILQ_ENTRY(call) link;
 	char *path;
+	enum evhttp_cmd_type method;
 	char *body;
 	size_t len;
 	char **headers; /* name, value, ..., NULL; one allocation with the call */
@@ -121,14 +122,19 @@ static void request_done_cb(struct evhttp_request *req, void *arg)
 	struct inst *in = s->inst;
 	struct httpc_peer *p = in->peer;
 	struct call *c = s->call;
-	struct httpc_result r = { .retry_after_ms = -1, .instance = in->url };
+	struct httpc_result r = { .retry_after_ms = -1, .instance = in->url, .body = "" };
 
 	s->call = NULL;
 	r.status = req ? evhttp_request_get_response_code(req) : 0;
 	if (r.status == 0) {
 		r.error = s->error ? s->error : "connection failed";
 	} else {
+		struct evbuffer *b = evhttp_request_get_input_buffer(req);
+
 		r.retry_after_ms = parse_retry_after(req);
+		r.body_len = evbuffer_get_length(b);
+		evbuffer_add(b, "", 1);
+		r.body = (const char *)evbuffer_pullup(b, -1);
 	}
 	s->error = NULL;
 	/* only the peer's own trouble counts against its circuit */
@@ -163,13 +169,15 @@ static bool send_call(struct slot *s, struct call *c)
 	h = evhttp_request_get_output_headers(req);
 	snprintf(hostport, sizeof(hostport), "%s:%d", in->host, in->port);
 	evhttp_add_header(h, "Host", hostport);
-	evhttp_add_header(h, "Content-Type", "application/json");
+	if (c->method == EVHTTP_REQ_POST)
+		evhttp_add_header(h, "Content-Type", "application/json");
 	for (char **kv = c->headers; kv && kv[0]; kv += 2)
 		evhttp_add_header(h, kv[0], kv[1]);
-	evbuffer_add(evhttp_request_get_output_buffer(req), c->body, c->len);
+	if (c->method == EVHTTP_REQ_POST)
+		evbuffer_add(evhttp_request_get_output_buffer(req), c->body, c->len);
 	s->call = c;
 	s->error = NULL;
-	if (evhttp_make_request(s->evcon, req, EVHTTP_REQ_POST, c->path) != 0) {
+	if (evhttp_make_request(s->evcon, req, c->method, c->path) != 0) {
 		/* evhttp freed req; the connection may be broken: start afresh */
 		s->call = NULL;
 		evhttp_connection_free(s->evcon);
@@ -346,6 +354,12 @@ void httpc_peer_free(struct httpc_peer *p)
 void httpc_post(struct httpc_peer *p, const char *path, const char *body, size_t len,
 		const char *const *headers, httpc_cb cb, void *arg)
 {
+	httpc_request(p, "POST", path, body, len, headers, cb, arg);
+}
+
+void httpc_request(struct httpc_peer *p, const char *method, const char *path, const char *body,
+		   size_t len, const char *const *headers, httpc_cb cb, void *arg)
+{
 	size_t nh = 0, extra = strlen(path) + 1 + len + 1;
 	struct call *c;
 	char *q;
@@ -367,8 +381,9 @@ void httpc_post(struct httpc_peer *p, const char *path, const char *body, size_t
 	c->headers[nh] = NULL;
 	c->path = memcpy(q, path, strlen(path) + 1);
 	q += strlen(path) + 1;
-	c->body = memcpy(q, body, len);
+	c->body = len ? memcpy(q, body, len) : q;
 	c->body[len] = '\0';
+	c->method = strcmp(method, "GET") == 0 ? EVHTTP_REQ_GET : EVHTTP_REQ_POST;
 	c->len = len;
 	c->cb = cb;
 	c->arg = arg;
@@ -385,4 +400,19 @@ int httpc_pending(const struct httpc_peer *p)
 const char *httpc_name(const struct httpc_peer *p)
 {
 	return p->name;
+}
+
+const char *httpc_breaker_state(const struct httpc_peer *p)
+{
+	int64_t now = now_ms();
+	bool half = false;
+
+	for (int i = 0; i < p->ninsts; i++) {
+		const struct breaker *b = &p->insts[i].br;
+
+		if (b->state == BREAKER_CLOSED)
+			return "closed";
+		half |= b->state == BREAKER_HALF_OPEN || breaker_retry_at(b, now) <= now;
+	}
+	return half ? "half_open" : "open";
 }

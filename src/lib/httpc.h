@@ -28,6 +28,8 @@ struct httpc_result {
 	int64_t retry_after_ms; /* from a Retry-After header, else -1 */
 	int64_t not_before_ms;  /* circuit open: earliest retry, relative; else 0 */
 	const char *instance;   /* the base URL that was used (borrowed) */
+	const char *body;       /* the answer's body, NUL-terminated ("" when none) */
+	size_t body_len;
 };
 
 /* r and its strings are valid during the callback only. */
@@ -48,6 +50,16 @@ void httpc_peer_free(struct httpc_peer *p);
  */
 void httpc_post(struct httpc_peer *p, const char *path, const char *body, size_t len,
 		const char *const *headers, httpc_cb cb, void *arg);
+
+/* The same with any method ("GET": body may be NULL). */
+void httpc_request(struct httpc_peer *p, const char *method, const char *path, const char *body,
+		   size_t len, const char *const *headers, httpc_cb cb, void *arg);
+
+/*
+ * The peer's circuit as one word: "closed" while some instance takes
+ * traffic, else "half_open" when one may be probed now, else "open".
+ */
+const char *httpc_breaker_state(const struct httpc_peer *p);
 
 /* Requests sent or queued and not yet called back. */
 int httpc_pending(const struct httpc_peer *p);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/queue.h>
 #include <sys/socket.h>
 
 #include "jsonx.h"
@@ -24,6 +25,8 @@ struct httpd {
 	const char *token;
 	void *svc;
 	int port;
+	httpd_admin_gate gate;
+	void *gate_arg;
 };
 
 /*
@@ -232,6 +235,8 @@ static void dispatch(struct evhttp_request *req, void *arg)
 	for (size_t i = 0; i < h->nroutes; i++) {
 		const struct httpd_route *r = &h->routes[i];
 
+		if (r->admin != HTTPD_ADMIN_NONE && !h->gate)
+			continue; /* admin off: the route does not exist */
 		if (!path_matches(r, path, &tail))
 			continue;
 		path_known = true;
@@ -242,6 +247,9 @@ static void dispatch(struct evhttp_request *req, void *arg)
 			httpd_error(req, 401, "unauthorized", "missing or wrong bearer token");
 			return;
 		}
+		if (r->admin != HTTPD_ADMIN_NONE &&
+		    !h->gate(req, h->gate_arg, r->admin == HTTPD_ADMIN_AUTH))
+			return;
 		r->fn(req, h->svc, tail);
 		return;
 	}
@@ -299,6 +307,50 @@ struct httpd *httpd_new(struct event_base *base, const char *host, int port,
 			h->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	}
 	return h;
+}
+
+void httpd_set_admin_gate(struct httpd *h, httpd_admin_gate gate, void *arg)
+{
+	h->gate = gate;
+	h->gate_arg = arg;
+}
+
+char *httpd_query(struct evhttp_request *req, const char *name, bool *bad)
+{
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *q = uri ? evhttp_uri_get_query(uri) : NULL;
+	struct evkeyvalq kv;
+	const char *v;
+	char *out = NULL;
+
+	*bad = false;
+	if (!q || !*q)
+		return NULL;
+	TAILQ_INIT(&kv);
+	if (evhttp_parse_query_str(q, &kv) != 0) {
+		*bad = true;
+		evhttp_clear_headers(&kv);
+		return NULL;
+	}
+	v = evhttp_find_header(&kv, name);
+	if (v) {
+		out = strdup(v);
+		if (!out)
+			abort();
+	}
+	evhttp_clear_headers(&kv);
+	return out;
+}
+
+void httpd_peer_addr(struct evhttp_request *req, char *out, size_t outlen)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	char *addr = NULL;
+	ev_uint16_t port;
+
+	if (evcon)
+		evhttp_connection_get_peer(evcon, &addr, &port);
+	snprintf(out, outlen, "%s", addr ? addr : "");
 }
 
 void httpd_stop_accepting(struct httpd *h)

@@ -26,13 +26,32 @@ struct evbuffer;
  */
 typedef void (*httpd_fn)(struct evhttp_request *req, void *svc, const char *tail);
 
+/*
+ * Admin routes exist only while an admin gate is set (ADMIN_TOKEN); without
+ * one they answer 404 like any unknown path. The gate runs before the
+ * handler: it adds the admin answers' security headers and, for
+ * HTTPD_ADMIN_AUTH, checks the credential (see admin.h).
+ */
+enum httpd_admin {
+	HTTPD_ADMIN_NONE = 0, /* an ordinary route */
+	HTTPD_ADMIN_OPEN,     /* admin route without credential: sign-in, console files */
+	HTTPD_ADMIN_AUTH,     /* admin route that needs the admin credential */
+};
+
 struct httpd_route {
 	const char *method; /* "GET", "POST" */
 	const char *path;   /* exact path, or a prefix when it ends with '/' */
 	bool internal;      /* needs Authorization: Bearer $INTERNAL_TOKEN */
 	httpd_fn fn;
 	const char *name;   /* route label in metrics, e.g. "/orders/{id}" */
+	enum httpd_admin admin;
 };
+
+/*
+ * Runs before an admin route's handler. Returns true to go on; false when it
+ * has answered the request itself (401, 403, 429).
+ */
+typedef bool (*httpd_admin_gate)(struct evhttp_request *req, void *arg, bool need_auth);
 
 struct httpd;
 
@@ -43,6 +62,8 @@ struct httpd;
 struct httpd *httpd_new(struct event_base *base, const char *host, int port,
 			const struct httpd_route *routes, size_t nroutes, const char *token,
 			void *svc, char *err, size_t errlen);
+/* Turns the admin routes on (gate not NULL) or off (NULL: they answer 404). */
+void httpd_set_admin_gate(struct httpd *h, httpd_admin_gate gate, void *arg);
 /* Stops accepting new connections; requests in flight still get answers. */
 void httpd_stop_accepting(struct httpd *h);
 void httpd_free(struct httpd *h);
@@ -75,6 +96,13 @@ const char *httpd_body(struct evhttp_request *req, size_t *len);
 
 /* A request header, or NULL. */
 const char *httpd_header(struct evhttp_request *req, const char *name);
+
+/* The value of query parameter name in the request's URI (decoded, malloc'd: the
+ * caller frees), or NULL when absent. *bad is set when the query cannot be parsed. */
+char *httpd_query(struct evhttp_request *req, const char *name, bool *bad);
+
+/* The client's address as text ("" when unknown). */
+void httpd_peer_addr(struct evhttp_request *req, char *out, size_t outlen);
 
 /*
  * The trace id (32 lowercase hex digits) of a W3C traceparent header value

@@ -216,6 +216,46 @@ def check_coverage():
                   % name)
 
 
+ADMIN_TOKEN = "openapi-admin-token-0123456789"
+ADMIN = {"Authorization": "Bearer " + ADMIN_TOKEN}
+
+
+def admin_calls(o, port_of, tok):
+    """The admin API and sign-in, while every service is up."""
+    call("orchestrator", o, "GET", "/admin/session", expect=401)
+    call("orchestrator", o, "POST", "/admin/session", {"token": "wrong-token-wrong"}, expect=401)
+    call("orchestrator", o, "POST", "/admin/session", "{", expect=400)
+    call("orchestrator", o, "POST", "/admin/session", {"token": 1}, expect=400)
+    r = call("orchestrator", o, "POST", "/admin/session", {"token": ADMIN_TOKEN}, expect=200)
+    cookie = {"Cookie": (r.header("Set-Cookie") or "").split(";")[0]}
+    csrf = r.json().get("csrf", "") if r.status == 200 else ""
+    call("orchestrator", o, "GET", "/admin/session", headers=cookie, expect=200)
+    call("orchestrator", o, "POST", "/admin/session/logout", headers=cookie, expect=403)
+    call("orchestrator", o, "POST", "/admin/session/logout", expect=401)
+    for s, port in port_of.items():
+        call(s, port, "GET", "/admin/api/deliveries", headers=ADMIN, expect=200)
+        call(s, port, "GET", "/admin/api/deliveries", headers=tok, expect=401)
+    call("orchestrator", o, "GET", "/admin/api/deliveries", headers=cookie, expect=200)
+    call("orchestrator", o, "POST", "/admin/session/logout",
+         headers=dict(cookie, **{"X-Pgsaga-Csrf": csrf}), expect=200)
+    return cookie
+
+
+def admin_calls_db_down(port_of):
+    for s, port in port_of.items():
+        call(s, port, "GET", "/admin/api/deliveries", headers=ADMIN, expect=503)
+
+
+def admin_rate_limit(o):
+    """Last: the address is locked out of the admin API for a minute."""
+    for _ in range(12):
+        r = call("orchestrator", o, "POST", "/admin/session", {"token": "guess-guess-guess"})
+        if r.status == 429:
+            break
+    call("orchestrator", o, "POST", "/admin/session", {"token": ADMIN_TOKEN}, expect=429)
+    call("orchestrator", o, "GET", "/admin/api/deliveries", headers=ADMIN, expect=429)
+
+
 def too_large(path, token=None):
     auth = "Authorization: Bearer %s\r\n" % token if token else ""
     return ("POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
@@ -224,10 +264,12 @@ def too_large(path, token=None):
 
 def main():
     env = {
-        "payment": {"PAYMENT_DEFAULT_CREDIT": "5000"},
+        "payment": {"PAYMENT_DEFAULT_CREDIT": "5000", "ADMIN_TOKEN": ADMIN_TOKEN},
+        "inventory": {"ADMIN_TOKEN": ADMIN_TOKEN},
         # quick redelivery once payment stops failing on purpose
         "orchestrator": {"RETRY_BASE_MS": "50", "RETRY_CAP_MS": "300",
-                         "BREAKER_OPEN_MS": "300", "RETRY_MAX_ATTEMPTS": "100000"},
+                         "BREAKER_OPEN_MS": "300", "RETRY_MAX_ATTEMPTS": "100000",
+                         "ADMIN_TOKEN": ADMIN_TOKEN},
     }
     with System("openapi", env=env) as sy:
         o, p, i = (sy.ports[s] for s in SERVICES)
@@ -373,6 +415,9 @@ def main():
         call("orchestrator", o, "GET", "/orders/not-a-uuid", expect=400)
         call("orchestrator", o, "GET", "/orders/" + new_id(), expect=404)
 
+        # --- the admin API
+        admin_calls(o, port_of, tok)
+
         # --- the container health check follows /readyz
         hc = os.path.join(SRC, "docker", "healthcheck.sh")
         for s in SERVICES:
@@ -397,8 +442,10 @@ def main():
         for s, t in (("payment", "RefundPaymentCommand"), ("inventory", "ReleaseInventoryCommand")):
             call(s, port_of[s], "POST", "/commands/" + t,
                  {"commandId": new_id(), "sagaId": new_id()}, tok, expect=503)
+        admin_calls_db_down(port_of)
         for s in SERVICES:
             checks.ok(sy.procs[s].poll() is None, "saga-%s still runs without its database" % s)
+        admin_rate_limit(o)
 
     check_coverage()
     checks.done()

@@ -11,5 +11,6 @@ Suite *uuid_suite(void);
 Suite *fsm_suite(void);
 Suite *breaker_suite(void);
 Suite *httpd_suite(void);
+Suite *admin_auth_suite(void);
 
 #endif

@@ -1,0 +1,205 @@
+/* admin: see admin.h. This file holds the gate and the session endpoints. */
+#include "admin.h"
+
+#include <event2/http.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "admin_api.h"
+#include "admin_auth.h"
+#include "app.h"
+#include "httpd.h"
+#include "jsonx.h"
+#include "metrics.h"
+
+/* One table per process: the limit applies to each orchestrator instance. */
+static struct admin_limiter limiter;
+
+static struct metric_family *failures(void)
+{
+	return metrics_family("saga_admin_signin_failures_total",
+			      "Wrong admin tokens presented, at sign-in or as a bearer token",
+			      METRIC_COUNTER);
+}
+
+void admin_secure_headers(struct evhttp_request *req)
+{
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+
+	evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
+	evhttp_add_header(out, "Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
+	evhttp_add_header(out, "Cache-Control", "no-store");
+	evhttp_add_header(out, "Referrer-Policy", "no-referrer");
+}
+
+/* 429 when this client has failed too often; true when it answered. */
+static bool limited(struct evhttp_request *req, char addr[64])
+{
+	int64_t wait;
+	char s[24];
+
+	httpd_peer_addr(req, addr, 64);
+	wait = admin_limiter_wait(&limiter, addr, (int64_t)time(NULL));
+	if (wait <= 0)
+		return false;
+	snprintf(s, sizeof(s), "%lld", (long long)wait);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", s);
+	httpd_error(req, 429, "too_many_attempts", "too many failed sign-ins; retry later");
+	return true;
+}
+
+static void failed(struct evhttp_request *req, const char *addr)
+{
+	admin_limiter_fail(&limiter, addr, (int64_t)time(NULL));
+	metrics_inc(failures(), "", 1);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+	httpd_error(req, 401, "unauthorized", "wrong admin token");
+}
+
+/* The request's valid session cookie, copied into out; false when none. */
+static bool session_of(struct evhttp_request *req, const struct app *app,
+		       char out[ADMIN_COOKIE_LEN])
+{
+	const char *h = httpd_header(req, "Cookie");
+
+	return h && admin_cookie_get(h, ADMIN_COOKIE_NAME, out, ADMIN_COOKIE_LEN) &&
+	       admin_session_valid(app->admin_token, out, (int64_t)time(NULL));
+}
+
+static bool is_get(struct evhttp_request *req)
+{
+	enum evhttp_cmd_type t = evhttp_request_get_command(req);
+
+	return t == EVHTTP_REQ_GET || t == EVHTTP_REQ_HEAD;
+}
+
+static bool admin_gate(struct evhttp_request *req, void *arg, bool need_auth)
+{
+	struct app *app = arg;
+	const char *auth = httpd_header(req, "Authorization");
+	char addr[64], cookie[ADMIN_COOKIE_LEN], csrf[ADMIN_CSRF_LEN];
+
+	admin_secure_headers(req);
+	if (!need_auth)
+		return true;
+	if (auth) {
+		if (limited(req, addr))
+			return false;
+		if (strncasecmp(auth, "Bearer ", 7) != 0 ||
+		    !admin_token_equal(auth + 7, app->admin_token)) {
+			failed(req, addr);
+			return false;
+		}
+		return true;
+	}
+	if (!session_of(req, app, cookie)) {
+		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
+				  "Bearer");
+		httpd_error(req, 401, "unauthorized", "sign in, or send the admin token as a bearer");
+		return false;
+	}
+	if (!is_get(req)) {
+		const char *got = httpd_header(req, "X-Pgsaga-Csrf");
+
+		admin_csrf(app->admin_token, cookie, csrf);
+		if (!got || !admin_token_equal(got, csrf)) {
+			httpd_error(req, 403, "csrf_missing",
+				    "a POST with the session cookie needs the X-Pgsaga-Csrf header");
+			return false;
+		}
+	}
+	return true;
+}
+
+static void reply_csrf(struct evhttp_request *req, const struct app *app, const char *cookie)
+{
+	char csrf[ADMIN_CSRF_LEN], body[96];
+
+	admin_csrf(app->admin_token, cookie, csrf);
+	snprintf(body, sizeof(body), "{\"csrf\":\"%s\"}", csrf);
+	httpd_reply(req, 200, body);
+}
+
+static void sign_in(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+	char addr[64], err[128], cookie[ADMIN_COOKIE_LEN], header[ADMIN_COOKIE_LEN + 96];
+	const char *token, *body;
+	struct json_object *obj;
+	size_t len;
+
+	if (limited(req, addr))
+		return;
+	body = httpd_body(req, &len);
+	obj = jsonx_parse(body, len, err, sizeof(err));
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return;
+	}
+	if (!json_object_is_type(obj, json_type_object) ||
+	    jsonx_get_str(obj, "token", 4096, &token) != 0) {
+		json_object_put(obj);
+		httpd_error(req, 400, "invalid_field", "token is missing or invalid");
+		return;
+	}
+	bool ok = admin_token_equal(token, app->admin_token);
+
+	json_object_put(obj);
+	if (!ok) {
+		failed(req, addr);
+		return;
+	}
+	admin_session_new(app->admin_token, (int64_t)time(NULL), cookie);
+	/* no Secure attribute: the console is also served over plain http on
+	 * localhost; behind TLS the browser keeps the cookie to https anyway */
+	snprintf(header, sizeof(header), "%s=%s; HttpOnly; SameSite=Strict; Path=/; Max-Age=%d",
+		 ADMIN_COOKIE_NAME, cookie, ADMIN_SESSION_S);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie", header);
+	reply_csrf(req, app, cookie);
+}
+
+static void session_get(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+	char cookie[ADMIN_COOKIE_LEN];
+
+	if (!session_of(req, app, cookie)) {
+		httpd_error(req, 401, "unauthorized", "not signed in");
+		return;
+	}
+	reply_csrf(req, app, cookie);
+}
+
+static void sign_out(struct evhttp_request *req, void *svc, const char *tail)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie",
+			  ADMIN_COOKIE_NAME "=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
+	httpd_reply(req, 200, "{\"signedOut\":true}");
+}
+
+static const struct httpd_route routes[] = {
+	{ "POST", "/admin/session", false, sign_in, "/admin/session", HTTPD_ADMIN_OPEN },
+	{ "GET", "/admin/session", false, session_get, "/admin/session", HTTPD_ADMIN_OPEN },
+	{ "POST", "/admin/session/logout", false, sign_out, "/admin/session/logout",
+	  HTTPD_ADMIN_AUTH },
+};
+
+size_t admin_routes(const struct httpd_route **out)
+{
+	*out = routes;
+	return sizeof(routes) / sizeof(routes[0]);
+}
+
+void admin_enable(struct app *app)
+{
+	admin_api_open(app);
+	httpd_set_admin_gate(app->httpd, admin_gate, app);
+	metrics_series(failures(), ""); /* shown as 0 from the start */
+}
+
+void admin_disable(void)
+{
+	admin_api_close();
+}

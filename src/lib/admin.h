@@ -1,0 +1,42 @@
+/*
+ * admin: the admin API (SPEC §9) as every service serves it, on when
+ * ADMIN_TOKEN is set (else each admin path answers 404).
+ *
+ * Security, for every admin route (httpd's HTTPD_ADMIN_* routes, the
+ * console's files included): the answers carry X-Content-Type-Options:
+ * nosniff, Content-Security-Policy: default-src 'self'; frame-ancestors
+ * 'none', and Cache-Control: no-store. A route that needs the credential
+ * accepts either Authorization: Bearer $ADMIN_TOKEN or the session cookie
+ * (see admin_auth.h); with the cookie, every POST must also carry
+ * X-Pgsaga-Csrf with the session's CSRF value (403 csrf_missing). Wrong
+ * tokens, at sign-in or as a bearer, are counted per client address
+ * (saga_admin_signin_failures_total); past the limit the address gets 429
+ * too_many_attempts with Retry-After, whatever token it sends.
+ *
+ * Sessions:
+ *   POST /admin/session {"token": "..."}  -> 200 {"csrf": "..."} + Set-Cookie
+ *   GET  /admin/session                   -> 200 {"csrf": "..."} or 401
+ *   POST /admin/session/logout            -> 200, cookie cleared
+ */
+#ifndef PGSAGA_ADMIN_H
+#define PGSAGA_ADMIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct app;
+struct evhttp_request;
+struct httpd_route;
+
+/* The routes of the admin API common to all services (borrowed, static). */
+size_t admin_routes(const struct httpd_route **out);
+
+/* Turns the admin routes on (app->admin_token is set, app->httpd open). */
+void admin_enable(struct app *app);
+/* Frees what admin_enable opened (at exit). */
+void admin_disable(void);
+
+/* Adds the security headers every admin and console answer carries. */
+void admin_secure_headers(struct evhttp_request *req);
+
+#endif

@@ -1,0 +1,308 @@
+/* admin_api: see admin_api.h. */
+#include "admin_api.h"
+
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app.h"
+#include "db.h"
+#include "httpc.h"
+#include "httpd.h"
+#include "jsonx.h"
+#include "log.h"
+#include "outbox.h"
+#include "uuid.h"
+
+#define MAX_PEERS 4
+#define DEAD_LETTERS_SHOWN "500"
+#define RETRY_IDS_MAX 1000
+
+/* The orchestrator's clients for asking its peers; one app per process. */
+static struct {
+	struct app *app;
+	struct httpc_peer *peer[MAX_PEERS];
+	const char *name[MAX_PEERS];
+	size_t n;
+	char auth[300];
+} P;
+
+void admin_reply_json(struct evhttp_request *req, struct json_object *o)
+{
+	httpd_reply(req, 200,
+		    json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+							      JSON_C_TO_STRING_NOSLASHESCAPE));
+}
+
+struct json_object *admin_parse_db(const char *text)
+{
+	return text ? json_tokener_parse(text) : NULL;
+}
+
+char *admin_param(struct evhttp_request *req, const char *name, size_t maxlen, bool *answered)
+{
+	bool bad;
+	char *v = httpd_query(req, name, &bad);
+
+	*answered = false;
+	if (bad || (v && strlen(v) > maxlen)) {
+		free(v);
+		httpd_error(req, 400, "invalid_field", "%s: malformed or too long", bad ? "query" : name);
+		*answered = true;
+		return NULL;
+	}
+	return v;
+}
+
+/* --- combining ---------------------------------------------------------- */
+
+struct gather;
+
+struct ask {
+	struct gather *g;
+	const char *service;
+};
+
+struct gather {
+	struct evhttp_request *req;
+	struct json_object *result;
+	struct json_object *unavailable;
+	int waiting;
+	admin_finish_fn finish;
+	void *arg;
+	struct ask asks[MAX_PEERS];
+};
+
+static void gather_end(struct gather *g)
+{
+	json_object_object_add(g->result, "unavailable", g->unavailable);
+	if (g->finish)
+		g->finish(g->result, g->arg);
+	admin_reply_json(g->req, g->result);
+	json_object_put(g->result);
+	free(g);
+}
+
+/* Joins arrays under the same key, adds keys the result lacks. */
+static void merge(struct json_object *into, struct json_object *part)
+{
+	json_object_object_foreach(part, key, val)
+	{
+		struct json_object *mine;
+
+		if (!json_object_object_get_ex(into, key, &mine)) {
+			json_object_object_add(into, key, json_object_get(val));
+		} else if (json_object_is_type(mine, json_type_array) &&
+			   json_object_is_type(val, json_type_array)) {
+			for (size_t i = 0; i < json_object_array_length(val); i++)
+				json_object_array_add(mine,
+						      json_object_get(json_object_array_get_idx(val, i)));
+		}
+	}
+}
+
+static void peer_answered(void *arg, const struct httpc_result *r)
+{
+	struct ask *a = arg;
+	struct gather *g = a->g;
+	struct json_object *part = NULL;
+	char err[128];
+
+	if (r->status == 200)
+		part = jsonx_parse(r->body, r->body_len, err, sizeof(err));
+	if (part && json_object_is_type(part, json_type_object)) {
+		merge(g->result, part);
+	} else {
+		log_warn("admin: %s did not answer (%s)", a->service,
+			 r->status ? "bad answer" : r->error);
+		json_object_array_add(g->unavailable, json_object_new_string(a->service));
+	}
+	json_object_put(part);
+	if (--g->waiting == 0)
+		gather_end(g);
+}
+
+void admin_gather(struct app *app, struct evhttp_request *req, struct json_object *local,
+		  const char *const *paths, admin_finish_fn finish, void *arg)
+{
+	struct gather *g;
+	const char *headers[3] = { "Authorization", P.auth, NULL };
+
+	if (!app->spec->admin || !app->spec->admin->combine) {
+		if (finish)
+			finish(local, arg);
+		admin_reply_json(req, local);
+		json_object_put(local);
+		return;
+	}
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		abort();
+	g->req = req;
+	g->result = local;
+	g->unavailable = json_object_new_array();
+	g->finish = finish;
+	g->arg = arg;
+	g->waiting = 1; /* ours, released below: no peer may end it early */
+	for (size_t i = 0; i < P.n; i++) {
+		if (!paths || !paths[i])
+			continue;
+		g->asks[i].g = g;
+		g->asks[i].service = P.name[i];
+		g->waiting++;
+		httpc_request(P.peer[i], "GET", paths[i], NULL, 0, headers, peer_answered,
+			      &g->asks[i]);
+	}
+	if (--g->waiting == 0)
+		gather_end(g);
+}
+
+size_t admin_api_peers(const char *const **names)
+{
+	*names = P.name;
+	return P.n;
+}
+
+void admin_api_open(struct app *app)
+{
+	struct httpc_opts o = {
+		.max_in_flight = 8,
+		.timeout_ms = (int)app->http_timeout_ms,
+		.breaker_failures = 3,
+		.breaker_open_ms = 2000,
+	};
+	char err[256];
+
+	P.app = app;
+	snprintf(P.auth, sizeof(P.auth), "Bearer %s", app->admin_token);
+	if (!app->spec->admin || !app->spec->admin->combine)
+		return;
+	for (size_t i = 0; i < app->spec->npeers && P.n < MAX_PEERS; i++) {
+		const struct app_peer_spec *ps = &app->spec->peers[i];
+		const char *urls = getenv(ps->env);
+		/* its own clients: admin reads must not trip the delivery breaker */
+		struct httpc_peer *p = httpc_peer_new(app->base, ps->destination,
+						      urls && *urls ? urls : ps->def, &o, err,
+						      sizeof(err));
+
+		if (!p) {
+			log_error("admin: %s", err); /* the same URLs opened before: unlikely */
+			continue;
+		}
+		P.peer[P.n] = p;
+		P.name[P.n++] = ps->destination;
+	}
+}
+
+void admin_api_close(void)
+{
+	for (size_t i = 0; i < P.n; i++)
+		httpc_peer_free(P.peer[i]);
+	memset(&P, 0, sizeof(P));
+}
+
+/* The same path and query for every peer. */
+static void same_for_peers(struct evhttp_request *req, const char *paths[MAX_PEERS])
+{
+	const char *uri = evhttp_request_get_uri(req);
+
+	for (size_t i = 0; i < MAX_PEERS; i++)
+		paths[i] = i < P.n ? uri : NULL;
+}
+
+/* --- handlers ------------------------------------------------------------- */
+
+struct query {
+	struct app *app;
+	struct evhttp_request *req;
+	const char *key; /* the result goes under this key, or is the object itself */
+	void (*fix)(struct app *app, struct json_object *local); /* before combining */
+	const char *paths[MAX_PEERS];
+	char path_buf[MAX_PEERS][160];
+};
+
+static void query_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct query *q = arg;
+	struct json_object *o, *v;
+
+	if (err->status != DB_OK) {
+		app_db_error(q->req, err, "admin");
+		free(q);
+		return;
+	}
+	v = admin_parse_db(db_val(res, 0, 0));
+	if (q->key) {
+		o = json_object_new_object();
+		json_object_object_add(o, q->key, v);
+	} else {
+		o = v;
+	}
+	if (q->fix)
+		q->fix(q->app, o);
+	admin_gather(q->app, q->req, o, q->paths, NULL, NULL);
+	free(q);
+}
+
+static struct query *query_new(struct app *app, struct evhttp_request *req, const char *key)
+{
+	struct query *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		abort();
+	q->app = app;
+	q->req = req;
+	q->key = key;
+	return q;
+}
+
+/* Each destination's circuit, from this process's delivery clients. */
+static void add_breakers(struct app *app, struct json_object *o)
+{
+	struct json_object *rows;
+
+	if (!json_object_object_get_ex(o, "deliveries", &rows))
+		return;
+	for (size_t i = 0; i < json_object_array_length(rows); i++) {
+		struct json_object *row = json_object_array_get_idx(rows, i), *d;
+		const char *state = NULL;
+
+		if (!json_object_object_get_ex(row, "destination", &d))
+			continue;
+		for (size_t k = 0; k < app->spec->npeers; k++)
+			if (strcmp(app->spec->peers[k].destination, json_object_get_string(d)) == 0)
+				state = httpc_breaker_state(app->peers[k]);
+		json_object_object_add(row, "breaker", state ? json_object_new_string(state) : NULL);
+	}
+}
+
+static void deliveries(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+	struct query *q = query_new(app, req, "deliveries");
+
+	q->fix = add_breakers;
+	char dests[256] = "{";
+
+	for (size_t i = 0; i < app->spec->npeers; i++)
+		snprintf(dests + strlen(dests), sizeof(dests) - strlen(dests), "%s%s", i ? "," : "",
+			 app->spec->peers[i].destination);
+	strcat(dests, "}");
+	same_for_peers(req, q->paths);
+	const char *params[2] = { app->spec->service, dests };
+	db_query(app->pool, "SELECT admin_deliveries($1, $2::text[])::text", 2, params, query_done,
+		 q);
+}
+
+
+static const struct httpd_route routes[] = {
+	{ "GET", "/admin/api/deliveries", false, deliveries, "/admin/api/deliveries",
+	  HTTPD_ADMIN_AUTH },
+};
+
+size_t admin_api_routes(const struct httpd_route **out)
+{
+	*out = routes;
+	return sizeof(routes) / sizeof(routes[0]);
+}

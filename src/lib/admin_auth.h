@@ -1,0 +1,74 @@
+/*
+ * admin_auth: the pure half of the admin API's security: the stateless
+ * session cookie, its CSRF value, token comparison and the limit on failed
+ * sign-ins. No I/O: the caller passes the time, so unit tests drive it.
+ *
+ * The cookie is "<expiry>.<nonce>.<mac>": expiry in Unix seconds, 16 random
+ * hex digits, and HMAC-SHA256(ADMIN_TOKEN, "pgsaga-session|<expiry>.<nonce>")
+ * in hex. Nothing is stored on the server, so any orchestrator instance
+ * with the same ADMIN_TOKEN accepts it, and changing ADMIN_TOKEN signs
+ * everyone out. The CSRF value is HMAC-SHA256(ADMIN_TOKEN,
+ * "pgsaga-csrf|<cookie>"): a page that can read it was given it by us.
+ * Signing out clears the browser's cookie; a copied cookie stays valid until
+ * its expiry (ADMIN_SESSION_S).
+ */
+#ifndef PGSAGA_ADMIN_AUTH_H
+#define PGSAGA_ADMIN_AUTH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ADMIN_COOKIE_NAME "pgsaga_admin"
+#define ADMIN_SESSION_S (8 * 3600)
+#define ADMIN_COOKIE_LEN 100 /* buffer for a cookie value, NUL included */
+#define ADMIN_CSRF_LEN 65    /* 64 hex digits and the NUL */
+#define ADMIN_TOKEN_MIN 16   /* shortest ADMIN_TOKEN accepted */
+
+/* Equal strings, in time that depends on neither content nor length. */
+bool admin_token_equal(const char *got, const char *want);
+
+/* A new session cookie value valid until now_s + ADMIN_SESSION_S. */
+void admin_session_new(const char *token, int64_t now_s, char out[ADMIN_COOKIE_LEN]);
+
+/* True when cookie was made by admin_session_new with token and has not expired. */
+bool admin_session_valid(const char *token, const char *cookie, int64_t now_s);
+
+/* The CSRF value that goes with a cookie. */
+void admin_csrf(const char *token, const char *cookie, char out[ADMIN_CSRF_LEN]);
+
+/*
+ * The value of cookie `name` in a Cookie request header ("a=1; b=2"), copied
+ * into out; false when absent or longer than outlen - 1.
+ */
+bool admin_cookie_get(const char *header, const char *name, char *out, size_t outlen);
+
+/*
+ * Failed sign-ins: at most ADMIN_FAIL_MAX per client address in a window of
+ * ADMIN_FAIL_WINDOW_S seconds, and ADMIN_FAIL_GLOBAL_MAX for all addresses
+ * together (so that many addresses cannot take turns). Addresses are kept
+ * in a small table; when it is full the oldest window is forgotten.
+ */
+#define ADMIN_FAIL_MAX 10
+#define ADMIN_FAIL_GLOBAL_MAX 100
+#define ADMIN_FAIL_WINDOW_S 60
+#define ADMIN_FAIL_SLOTS 256
+
+struct admin_fail_slot {
+	char addr[48];
+	int64_t since; /* start of its window */
+	int count;
+};
+
+struct admin_limiter {
+	struct admin_fail_slot slots[ADMIN_FAIL_SLOTS];
+	int64_t global_since;
+	int global_count;
+};
+
+/* 0 when addr may try now, else how many seconds until it may. */
+int64_t admin_limiter_wait(struct admin_limiter *l, const char *addr, int64_t now_s);
+/* Records one failure of addr. */
+void admin_limiter_fail(struct admin_limiter *l, const char *addr, int64_t now_s);
+
+#endif
