@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "app.h"
+#include "console.h"
 #include "db.h"
 #include "jsonx.h"
 #include "log.h"
@@ -552,6 +553,8 @@ static const struct httpd_route routes[] = {
 	{ "POST", "/orders", false, post_orders, "/orders" },
 	{ "GET", "/orders/", false, get_order, "/orders/{id}" },
 	{ "POST", "/events/", true, post_event, "/events/{type}" },
+	{ "GET", "/console", false, console_redirect, "/console", HTTPD_ADMIN_OPEN },
+	{ "GET", "/console/", false, console_get, "/console/{file}", HTTPD_ADMIN_OPEN },
 };
 
 static const struct envcfg_var vars[] = {

@@ -1,0 +1,40 @@
+/*
+ * console: the operator console (SPEC §9), plain HTML, CSS and JavaScript
+ * compiled into the binary (src/orchestrator/console/, embedded by
+ * sql/embed.py --files) and served at /console/.
+ *
+ * Its routes are HTTPD_ADMIN_OPEN admin routes: without ADMIN_TOKEN they
+ * do not exist (404), and the admin gate adds the security headers
+ * (admin.h), among them the Content-Security-Policy that allows only the
+ * console's own files, so nothing inline runs and nothing is loaded from
+ * another origin. The files need no credential (the sign-in form is one of
+ * them); what needs it is the admin API they call. Each file carries an
+ * entity tag, so a browser revalidates instead of downloading again.
+ */
+#ifndef PGSAGA_CONSOLE_H
+#define PGSAGA_CONSOLE_H
+
+#include <stddef.h>
+
+struct evhttp_request;
+
+/* One embedded file, as written by sql/embed.py --files. */
+struct embedded_file {
+	const char *name; /* base name: "index.html" */
+	const char *data; /* len bytes, NUL after them */
+	size_t len;
+	const char *etag; /* quoted entity tag, e.g. "\"0123456789abcdef\"" */
+};
+
+extern const struct embedded_file console_files[];
+extern const size_t console_files_count;
+
+/*
+ * Route handlers. GET /console answers 301 to
+ * /console/; GET /console/<name> answers the file (index.html for
+ * "") or 404.
+ */
+void console_redirect(struct evhttp_request *req, void *svc, const char *tail);
+void console_get(struct evhttp_request *req, void *svc, const char *tail);
+
+#endif
