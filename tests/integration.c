@@ -7,8 +7,10 @@
 #include <json-c/json.h>
 #include <pthread.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1283,6 +1285,455 @@ START_TEST(graceful_shutdown_exits_zero)
 }
 END_TEST
 
+/* --- what outside checks found (issue 8) -------------------------------- */
+
+/* Runs argv (a NULL-terminated list) and returns its exit status, or -1. */
+static int run_prog(const char *const argv[])
+{
+	pid_t pid = fork();
+	int st;
+
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open("/dev/null", O_RDONLY);
+
+		if (fd >= 0)
+			dup2(fd, 0);
+		execvp(argv[0], (char *const *)(uintptr_t)argv);
+		_exit(127);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* psql as an operator types it: the superuser, one command per -c. */
+static int psql_c(const char *cmd)
+{
+	const char *const argv[] = { "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", env.admin_url,
+				     "-c", cmd, NULL };
+
+	return run_prog(argv);
+}
+
+static void order_expect(const char *customer, const char *item, int qty, long amount,
+			 const char *state)
+{
+	char saga[UUID_STR_LEN];
+
+	new_order(customer, item, qty, amount, saga);
+	ck_assert_msg(wait_state(saga, state), "saga %s (%s %s x%d, %ld) did not reach %s", saga,
+		      customer, item, qty, amount, state);
+}
+
+/*
+ * SPEC §4: operators open accounts and add items with the spec's columns
+ * alone, top up and restock with an UPDATE, and the audit stays true. The
+ * account insert broke once (starting_balance NOT NULL, no default) while
+ * every test passed: this one works the way an operator does, through psql.
+ */
+START_TEST(operator_accounts_and_stock_by_psql)
+{
+	char audit[600];
+
+	env_start_all(&env);
+	ck_assert_int_eq(psql_c("INSERT INTO payment.accounts (customer_id, balance) "
+				"VALUES ('c-op', 5000)"), 0);
+	ck_assert_int_eq(psql_c("INSERT INTO inventory.stock (item_id, available) "
+				"VALUES ('I-OP', 3)"), 0);
+	order_expect("c-op", "I-OP", 1, 2000, "Completed");
+	order_expect("c-op", "I-OP", 1, 2000, "Completed");
+	order_expect("c-op", "I-OP", 1, 2000, "Failed"); /* 1000 left */
+	ck_assert_int_eq(psql_c("UPDATE payment.accounts SET balance = balance + 4000 "
+				"WHERE customer_id = 'c-op'"), 0);
+	ck_assert_int_eq(psql_c("UPDATE inventory.stock SET available = available + 2 "
+				"WHERE item_id = 'I-OP'"), 0);
+	order_expect("c-op", "I-OP", 3, 2000, "Completed");
+	order_expect("c-op", "I-OP", 1, 500, "Compensated"); /* no stock left */
+
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT balance FROM payment.accounts"
+					  " WHERE customer_id = 'c-op'", 0, NULL), 3000);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT starting_balance FROM payment.accounts"
+					  " WHERE customer_id = 'c-op'", 0, NULL), 9000);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT available FROM inventory.stock"
+					  " WHERE item_id = 'I-OP'", 0, NULL), 0);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT starting_stock FROM inventory.stock"
+					  " WHERE item_id = 'I-OP'", 0, NULL), 5);
+	snprintf(audit, sizeof(audit), "%s/scripts/audit", getenv("SAGA_SOURCE_DIR"));
+	const char *const argv[] = { audit, env.auditor_url, NULL };
+	ck_assert_int_eq(run_prog(argv), 0);
+}
+END_TEST
+
+/*
+ * Sends raw bytes on one connection and reads until the server closes it
+ * (or 10 s pass). Returns how many responses came back; the first one's
+ * status and body are in first (caller frees first->body).
+ */
+static int raw_exchange(const char *bytes, size_t len, int *status, char **body)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons((uint16_t)env.port[SVC_ORCH]) };
+	struct timeval tv = { 10, 0 };
+	size_t cap = 1 << 16, got = 0;
+	char *buf = calloc(1, cap + 1);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), n = 0;
+	bool closed = false;
+
+	ck_assert_ptr_nonnull(buf);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(send(fd, bytes, len, MSG_NOSIGNAL), (ssize_t)len);
+	while (got < cap) {
+		ssize_t r = recv(fd, buf + got, cap - got, 0);
+
+		if (r == 0)
+			closed = true;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	ck_assert_msg(closed, "the connection was kept open after: %.*s", (int)len, bytes);
+	*status = 0;
+	if (got > 12 && strncmp(buf, "HTTP/1.1 ", 9) == 0)
+		*status = atoi(buf + 9);
+	for (char *p = buf; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
+		n++;
+	char *b = strstr(buf, "\r\n\r\n");
+	*body = strdup(b ? b + 4 : "");
+	free(buf);
+	return n;
+}
+
+/*
+ * SPEC §6: framing a proxy could read another way is refused with 400 and
+ * the connection closed, so the bytes after it (here a request pipelined
+ * behind it) are never taken for a request.
+ */
+START_TEST(ambiguous_framing_refused)
+{
+	static const char order[] =
+		"{\"customerId\":\"c-fr\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}";
+	/* after "Content-Length: <the body's length>\r\n" */
+	static const char *const second[] = {
+		"Content-Length: 58\r\n",
+		"Content-Length: 058\r\n",
+		"content-length: 7\r\n",
+	};
+	char req[1024], head[256];
+	int status;
+	char *body;
+
+	ck_assert_int_eq(strlen(order), 58);
+	env_start_all(&env);
+	for (size_t i = 0; i < sizeof(second) / sizeof(second[0]); i++) {
+		snprintf(head, sizeof(head), "Content-Length: %zu\r\n%s", strlen(order), second[i]);
+		snprintf(req, sizeof(req),
+			 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-%zu\r\n%s\r\n%s"
+			 "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+			 i, head, order);
+		ck_assert_msg(raw_exchange(req, strlen(req), &status, &body) == 1,
+			      "framing %zu: the pipelined request was answered", i);
+		ck_assert_msg(status == 400, "framing %zu: status %d", i, status);
+		ck_assert_msg(strstr(body, "\"ambiguous_framing\"") != NULL, "framing %zu: %s", i,
+			      body);
+		free(body);
+	}
+	/* with a Transfer-Encoding evhttp does not know: its own bare 400 */
+	snprintf(req, sizeof(req),
+		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-id\r\n"
+		 "Content-Length: %zu\r\nTransfer-Encoding: identity\r\n\r\n%s"
+		 "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+		 strlen(order), order);
+	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &body), 1);
+	ck_assert_int_eq(status, 400);
+	free(body);
+	/* chunked with a Content-Length: refused too (evhttp reads the chunks) */
+	snprintf(req, sizeof(req),
+		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-te\r\n"
+		 "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n%zx\r\n%s\r\n0\r\n\r\n"
+		 "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
+		 strlen(order), order);
+	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &body), 1);
+	ck_assert_int_eq(status, 400);
+	free(body);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.idempotency_records",
+				    0, NULL), 0);
+	/* one Content-Length alone is fine, and the connection lives on */
+	snprintf(req, sizeof(req),
+		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-ok\r\n"
+		 "Content-Length: %zu\r\n\r\n%sGET /healthz HTTP/1.1\r\nHost: x\r\n"
+		 "Connection: close\r\n\r\n",
+		 strlen(order), order);
+	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &body), 2);
+	ck_assert_int_eq(status, 201);
+	free(body);
+}
+END_TEST
+
+/*
+ * SPEC §6: a NUL or another control byte in a header is a 400, and an
+ * Idempotency-Key is never cut short: "ab<NUL>cd" once was stored as "ab",
+ * so two different keys became one.
+ */
+START_TEST(control_bytes_in_headers_refused)
+{
+	static const char order[] =
+		"{\"customerId\":\"c-nul\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}";
+	static const char *const values[] = { "Idempotency-Key: ab\0cd", "Idempotency-Key: ab\x01" "cd",
+					      "Idempotency-Key: ab\x7f" "cd", "X-Note: a\0b" };
+	static const size_t lens[] = { 22, 22, 22, 11 };
+	char req[1024];
+	struct http_resp r;
+	int status;
+	char *body;
+
+	env_start_all(&env);
+	seed_stock("A001", 5);
+	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+		int n = snprintf(req, sizeof(req), "POST /orders HTTP/1.1\r\nHost: x\r\n%s",
+				 i == 3 ? "Idempotency-Key: nul-3\r\n" : "");
+		memcpy(req + n, values[i], lens[i]);
+		n += (int)lens[i];
+		n += snprintf(req + n, sizeof(req) - (size_t)n, "\r\nContent-Length: %zu\r\n\r\n%s",
+			      strlen(order), order);
+		ck_assert_int_eq(raw_exchange(req, (size_t)n, &status, &body), 1);
+		ck_assert_msg(status == 400, "header %zu: status %d %s", i, status, body);
+		ck_assert_msg(strstr(body, "\"invalid_header\"") != NULL, "header %zu: %s", i, body);
+		free(body);
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.idempotency_records",
+				    0, NULL), 0);
+	/* the key the NUL would have collapsed to is still a new key */
+	ck_assert_int_eq(post_order("ab", order, &r), 201);
+	http_resp_free(&r);
+}
+END_TEST
+
+/*
+ * SPEC §6: a well-formed number that does not fit is invalid_field naming
+ * the field, however many digits it has, at the entry and on the internal
+ * endpoints alike.
+ */
+START_TEST(numbers_out_of_range_are_invalid_fields)
+{
+	static const struct {
+		const char *qty, *amount, *field;
+	} cases[] = {
+		{ "9223372036854775808", "100", "qty" },
+		{ "-9223372036854775809", "100", "qty" },
+		{ "9223372036854775807", "100", "qty" },
+		{ "1e400", "100", "qty" },
+		{ "1", "1000000000000000000000000000000", "amount" },
+		{ "1", "-1000000000000000000000000000000", "amount" },
+		{ "1", "18446744073709551616", "amount" },
+		{ "1", "-1e400", "amount" },
+	};
+	char body[300], cmd[UUID_STR_LEN], saga[UUID_STR_LEN];
+	struct http_resp r;
+
+	env_start_all(&env);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(body, sizeof(body),
+			 "{\"customerId\":\"c-big\",\"itemId\":\"A001\",\"qty\":%s,\"amount\":%s}",
+			 cases[i].qty, cases[i].amount);
+		ck_assert_int_eq(post_order("big-number", body, &r), 400);
+		ck_assert_msg(strstr(r.body, "\"invalid_field\"") && strstr(r.body, cases[i].field),
+			      "case %zu: %s", i, r.body);
+		http_resp_free(&r);
+	}
+	uuid_new(cmd);
+	uuid_new(saga);
+	snprintf(body, sizeof(body),
+		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"c-big\","
+		 "\"amount\":99999999999999999999999999}",
+		 cmd, saga);
+	ck_assert_int_eq(post_internal(SVC_PAY, "/commands/PayCommand", body, &r), 400);
+	ck_assert_msg(strstr(r.body, "\"invalid_field\"") && strstr(r.body, "amount"), "%s",
+		      r.body);
+	http_resp_free(&r);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT (SELECT count(*) FROM orchestrator.saga_instances)"
+					  " + (SELECT count(*) FROM payment.payments)", 0, NULL), 0);
+}
+END_TEST
+
+/*
+ * Peer names are resolved by libevent's asynchronous resolver, never by a
+ * blocking getaddrinfo() on the loop. The services run with a getaddrinfo()
+ * that never returns for "localhost" (tests/blockdns.c) and peers named
+ * "localhost": a loop that called it would hang, and the saga with it.
+ */
+START_TEST(peer_names_resolved_without_blocking)
+{
+	char pre[700], asan[700], mark[600], urls[SVC_COUNT][80], saga[UUID_STR_LEN];
+	const char *asan_env = getenv("ASAN_OPTIONS");
+	struct http_resp r;
+
+	snprintf(pre, sizeof(pre), "LD_PRELOAD=%s/tests/libblockdns.so", getenv("SAGA_BUILD_DIR"));
+	/* the preloaded library comes before ASan's runtime: allowed here */
+	snprintf(asan, sizeof(asan), "ASAN_OPTIONS=%s%sverify_asan_link_order=0",
+		 asan_env ? asan_env : "", asan_env && *asan_env ? ":" : "");
+	snprintf(mark, sizeof(mark), "BLOCKDNS_MARK=%s/%s-getaddrinfo-called",
+		 harness_cluster_dir(), env.dbname);
+	snprintf(urls[SVC_ORCH], sizeof(urls[0]), "ORCHESTRATOR_URL=http://localhost:%d",
+		 env.port[SVC_ORCH]);
+	snprintf(urls[SVC_PAY], sizeof(urls[0]), "PAYMENT_URL=http://localhost:%d",
+		 env.port[SVC_PAY]);
+	snprintf(urls[SVC_INV], sizeof(urls[0]), "INVENTORY_URL=http://localhost:%d",
+		 env.port[SVC_INV]);
+	const char *const extra[] = { pre, asan, mark, urls[0], urls[1], urls[2], NULL };
+
+	for (int s = 0; s < SVC_COUNT; s++)
+		env_start(&env, (enum svc)s, extra);
+	seed_stock("A001", 5);
+	new_order("c-dns", "A001", 1, 100, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", "/healthz", NULL, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 200);
+	http_resp_free(&r);
+	ck_assert_msg(access(strchr(mark, '=') + 1, F_OK) != 0,
+		      "a service called the blocking getaddrinfo()");
+}
+END_TEST
+
+/*
+ * Retention: processed outbox rows and inbox rows older than RETENTION_S
+ * are purged; dead letters and undelivered rows stay; and a late copy of a
+ * purged message still changes nothing, held back by the services' own
+ * unique keys (one payment and one reservation per saga).
+ */
+START_TEST(retention_purges_what_is_done)
+{
+	static const char *const keep1[] = { "RETENTION_S=1", NULL };
+	char saga[UUID_STR_LEN], cmd[UUID_STR_LEN], body[300];
+	struct http_resp r;
+
+	for (int s = 0; s < SVC_COUNT; s++)
+		env_start(&env, (enum svc)s, keep1);
+	seed_stock("A001", 5);
+	new_order("c-ret", "A001", 1, 100, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	/* a dead letter (nobody serves "nowhere") and a row not yet due */
+	free(env_sql(&env, "INSERT INTO payment.outbox_messages (message_id, kind, destination,"
+			   " type, payload) VALUES (gen_random_uuid(), 'event', 'nowhere',"
+			   " 'PaymentSucceeded', '{}')", 0, NULL));
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.dead_letters", "1", WAIT_MS));
+	free(env_sql(&env, "INSERT INTO payment.outbox_messages (message_id, kind, destination,"
+			   " type, payload, next_attempt_at) VALUES (gen_random_uuid(), 'event',"
+			   " 'orchestrator', 'PaymentSucceeded', '{}', now() + interval '1 day')",
+		     0, NULL));
+	char *pay_cmd = env_sqlf(&env, "SELECT message_id FROM payment.processed_messages LIMIT 1");
+	ck_assert_ptr_nonnull(pay_cmd);
+	ck_assert_int_gt(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.processed_messages",
+				    0, NULL), 0);
+
+	/* let the period pass, then restart: the first purge runs soon after */
+	ck_assert(env_wait_sql(&env, "SELECT bool_and(processed_at < now() - interval '1 second')"
+				     " FROM (SELECT processed_at FROM payment.outbox_messages"
+				     " WHERE processed_at IS NOT NULL UNION ALL SELECT processed_at"
+				     " FROM orchestrator.processed_messages) t", "t", WAIT_MS));
+	for (int s = 0; s < SVC_COUNT; s++) {
+		ck_assert(WIFEXITED(env_stop(&env, (enum svc)s, SIGTERM)));
+		env_start(&env, (enum svc)s, keep1);
+	}
+	ck_assert(env_wait_sql(&env,
+			       "SELECT (SELECT count(*) FROM orchestrator.outbox_messages"
+			       "         WHERE processed_at IS NOT NULL)"
+			       "     + (SELECT count(*) FROM payment.outbox_messages"
+			       "         WHERE processed_at IS NOT NULL)"
+			       "     + (SELECT count(*) FROM inventory.outbox_messages"
+			       "         WHERE processed_at IS NOT NULL)"
+			       "     + (SELECT count(*) FROM orchestrator.processed_messages)"
+			       "     + (SELECT count(*) FROM payment.processed_messages)"
+			       "     + (SELECT count(*) FROM inventory.processed_messages)",
+			       "0", 30000));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.dead_letters", 0, NULL), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.outbox_backlog", 0, NULL),
+			 1);
+
+	/* a late copy of the purged PayCommand: the inbox forgot it, the payment did not */
+	long long balance = env_sql_ll(&env, "SELECT balance FROM payment.accounts"
+					     " WHERE customer_id = 'c-ret'", 0, NULL);
+	snprintf(body, sizeof(body),
+		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"c-ret\",\"amount\":100}",
+		 pay_cmd, saga);
+	ck_assert_int_eq(post_internal(SVC_PAY, "/commands/PayCommand", body, &r), 200);
+	http_resp_free(&r);
+	uuid_new(cmd);
+	snprintf(body, sizeof(body),
+		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"itemId\":\"A001\",\"qty\":1}", cmd, saga);
+	ck_assert_int_eq(post_internal(SVC_INV, "/commands/ReserveInventoryCommand", body, &r), 200);
+	http_resp_free(&r);
+	/* their answers reach the orchestrator and are ignored: the saga is done */
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.outbox_backlog", "1", WAIT_MS));
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM inventory.outbox_backlog", "0", WAIT_MS));
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM payment.payments"
+					   " WHERE saga_id = '%s'", saga), 1);
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM inventory.reservations"
+					   " WHERE saga_id = '%s'", saga), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT balance FROM payment.accounts"
+					  " WHERE customer_id = 'c-ret'", 0, NULL), balance);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT available FROM inventory.stock"
+					  " WHERE item_id = 'A001'", 0, NULL), 4);
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT version FROM orchestrator.saga_instances"
+					   " WHERE saga_id = '%s'", saga), 3);
+	free(pay_cmd);
+}
+END_TEST
+
+/* The body is JSON in the one style of every answer: compact. */
+static void assert_compact(const struct http_resp *r)
+{
+	char *c = jsonx_compact(r->body);
+
+	ck_assert_msg(c != NULL, "not JSON: %s", r->body);
+	ck_assert_msg(strcmp(c, r->body) == 0, "not compact: %s", r->body);
+	free(c);
+}
+
+/*
+ * One JSON style everywhere (compact): GET /orders/{id} came from
+ * PostgreSQL's json_build_object ("sagaId" : …), and a replay from jsonb
+ * ("sagaId": …). A replay is the first answer byte for byte but for
+ * "duplicated".
+ */
+START_TEST(answers_are_compact_json)
+{
+	static const char order[] =
+		"{\"customerId\":\"c-js\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}";
+	struct http_resp first, again, got;
+	char path[64], *want;
+
+	env_start_all(&env);
+	seed_stock("A001", 5);
+	ck_assert_int_eq(post_order("compact-1", order, &first), 201);
+	assert_compact(&first);
+	ck_assert_int_eq(post_order("compact-1", order, &again), 201);
+	assert_compact(&again);
+	want = strdup(first.body);
+	ck_assert_ptr_nonnull(strstr(want, "\"duplicated\":false"));
+	memcpy(strstr(want, "\"duplicated\":false") + 13, "true}", 6);
+	ck_assert_str_eq(again.body, want);
+	free(want);
+	struct json_object *o = parse_body(&first);
+	snprintf(path, sizeof(path), "/orders/%s", jstr(o, "sagaId"));
+	ck_assert(wait_state(jstr(o, "sagaId"), "Completed"));
+	json_object_put(o);
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", path, NULL, NULL, 0, &got), 0);
+	ck_assert_int_eq(got.status, 200);
+	assert_compact(&got);
+	http_resp_free(&got);
+	/* errors too */
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", "/orders/x", NULL, NULL, 0, &got), 0);
+	ck_assert_int_eq(got.status, 400);
+	assert_compact(&got);
+	http_resp_free(&got);
+	http_resp_free(&first);
+	http_resp_free(&again);
+}
+END_TEST
+
 static Suite *integration_suite(void)
 {
 	Suite *s = suite_create("integration");
@@ -1291,8 +1742,9 @@ static Suite *integration_suite(void)
 	TCase *delivery = tcase_create("delivery");
 	TCase *sec = tcase_create("security");
 	TCase *ops = tcase_create("operability");
+	TCase *edges = tcase_create("edges");
 
-	TCase *all[] = { saga, idem, delivery, sec, ops };
+	TCase *all[] = { saga, idem, delivery, sec, ops, edges };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		tcase_add_checked_fixture(all[i], setup, teardown);
 		tcase_set_timeout(all[i], 120);
@@ -1321,6 +1773,13 @@ static Suite *integration_suite(void)
 	tcase_add_test(sec, bad_input_changes_nothing);
 	tcase_add_test(ops, trace_follows_the_saga);
 	tcase_add_test(ops, database_per_service);
+	tcase_add_test(edges, operator_accounts_and_stock_by_psql);
+	tcase_add_test(edges, ambiguous_framing_refused);
+	tcase_add_test(edges, control_bytes_in_headers_refused);
+	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
+	tcase_add_test(edges, peer_names_resolved_without_blocking);
+	tcase_add_test(edges, retention_purges_what_is_done);
+	tcase_add_test(edges, answers_are_compact_json);
 	return s;
 }
 

@@ -216,7 +216,7 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	    "how long an open circuit waits before one probe");
 	VAR("DB_POOL_SIZE", ENVCFG_INT, &app->pool_size, "8", 1, 100,
 	    "database connections of the pool");
-	VAR("RETENTION_S", ENVCFG_INT, &app->retention_s, "604800", 60, 315360000,
+	VAR("RETENTION_S", ENVCFG_INT, &app->retention_s, "604800", 1, 315360000,
 	    "processed outbox rows and inbox rows older than this are deleted");
 	VAR("LOG_LEVEL", ENVCFG_STRING, &app->log_level, "info", 0, 0,
 	    "debug, info, warn or error");

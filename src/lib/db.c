@@ -507,7 +507,7 @@ struct db_pool *db_pool_new(struct event_base *base, const char *conninfo, const
 
 	if (!pool)
 		return NULL;
-	snprintf(opts, sizeof(opts), "-c search_path=%s -c pgsaga.local_wake=on", schema);
+	snprintf(opts, sizeof(opts), "-c search_path=%s -c pgsaga.local_wake=on -c pgsaga.writer=service", schema);
 	pool->base = base;
 	pool->conninfo = strdup(conninfo);
 	pool->options = strdup(opts);

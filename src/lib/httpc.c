@@ -2,6 +2,7 @@
 #include "httpc.h"
 
 #include <event2/buffer.h>
+#include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -54,6 +55,13 @@ struct httpc_peer {
 	int pending;
 	struct call_queue queue;
 	struct event *pump;
+	/*
+	 * Host names are resolved by libevent's asynchronous resolver:
+	 * without one, evhttp calls the blocking getaddrinfo() on the loop
+	 * that also serves HTTP and libpq, and a slow resolver (every peer is
+	 * a name under docker compose) would stall all of it.
+	 */
+	struct evdns_base *dns;
 };
 
 static int64_t now_ms(void)
@@ -155,7 +163,7 @@ static bool send_call(struct slot *s, struct call *c)
 	char hostport[300];
 
 	if (!s->evcon) {
-		s->evcon = evhttp_connection_base_new(p->base, NULL, in->host, (ev_uint16_t)in->port);
+		s->evcon = evhttp_connection_base_new(p->base, p->dns, in->host, (ev_uint16_t)in->port);
 		if (!s->evcon)
 			return false;
 		struct timeval tv = { p->opts.timeout_ms / 1000, (p->opts.timeout_ms % 1000) * 1000 };
@@ -312,7 +320,12 @@ struct httpc_peer *httpc_peer_new(struct event_base *base, const char *name, con
 		goto fail;
 	}
 	p->pump = event_new(base, -1, 0, pump_cb, p);
-	if (!p->pump)
+	/* /etc/resolv.conf and /etc/hosts, read once here, before the loop runs */
+	p->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS |
+					      EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+	if (!p->dns && (p->dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE)))
+		(void)evdns_base_load_hosts(p->dns, NULL); /* no resolv.conf: hosts only */
+	if (!p->pump || !p->dns)
 		goto oom;
 	free(copy);
 	return p;
@@ -347,6 +360,9 @@ void httpc_peer_free(struct httpc_peer *p)
 	}
 	if (p->pump)
 		event_free(p->pump);
+	/* after the connections, which cancel their own lookups */
+	if (p->dns)
+		evdns_base_free(p->dns, 0);
 	free(p->insts);
 	free(p);
 }

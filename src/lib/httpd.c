@@ -2,6 +2,7 @@
 #include "httpd.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -205,6 +206,54 @@ static const char *method_name(enum evhttp_cmd_type t)
 	}
 }
 
+static bool has_control_byte(const char *s)
+{
+	for (; *s; s++)
+		if (((unsigned char)*s < 0x20 && *s != '\t') || *s == 0x7f)
+			return true;
+	return false;
+}
+
+/*
+ * Refuses what must not reach a handler, before anything is done: framing a
+ * proxy could read differently from us (two Content-Length headers, or one
+ * with Transfer-Encoding: request smuggling) and control bytes in a header
+ * (a NUL arrives as 0x01, see nul_filter). Answers 400 and closes the
+ * connection, whose remaining bytes cannot be trusted. Returns true when it
+ * answered.
+ */
+static bool refuse_bad_framing(struct evhttp_request *req)
+{
+	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+	struct evkeyval *kv;
+	int lengths = 0;
+	bool chunked = false;
+	const char *code = NULL, *why = NULL;
+
+	TAILQ_FOREACH(kv, in, next) {
+		if (strcasecmp(kv->key, "Content-Length") == 0)
+			lengths++;
+		else if (strcasecmp(kv->key, "Transfer-Encoding") == 0)
+			chunked = true;
+		if (!code && (has_control_byte(kv->key) || has_control_byte(kv->value))) {
+			code = "invalid_header";
+			why = "a header holds a control byte";
+		}
+	}
+	if (lengths > 1) {
+		code = "ambiguous_framing";
+		why = "more than one Content-Length header";
+	} else if (lengths == 1 && chunked) {
+		code = "ambiguous_framing";
+		why = "Content-Length together with Transfer-Encoding";
+	}
+	if (!code)
+		return false;
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+	httpd_error(req, 400, code, "%s", why);
+	return true;
+}
+
 static bool path_matches(const struct httpd_route *r, const char *path, const char **tail)
 {
 	size_t n = strlen(r->path);
@@ -230,6 +279,8 @@ static void dispatch(struct evhttp_request *req, void *arg)
 	const char *tail;
 
 	in_flight++;
+	if (refuse_bad_framing(req))
+		return;
 	if (!path || !*path)
 		path = "/";
 	for (size_t i = 0; i < h->nroutes; i++) {
@@ -258,6 +309,44 @@ static void dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	httpd_error(req, 404, "not_found", "no such endpoint");
+}
+
+/*
+ * evhttp keeps header values as C strings, so a NUL byte cut a value short
+ * without a word: "Idempotency-Key: ab<NUL>cd" arrived as "ab", and two
+ * different keys became one. Each connection's input buffer calls this as
+ * bytes arrive, before evhttp parses them, and it turns every NUL into 0x01
+ * in place: the value keeps its length and refuse_bad_framing refuses its
+ * control byte. A NUL is never valid in a request line, a header or a JSON
+ * body, so nothing accepted before is refused now. It costs one memchr over
+ * the new bytes and copies nothing.
+ */
+static void nul_to_soh(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+	struct evbuffer_ptr at;
+	struct evbuffer_iovec byte;
+	size_t len = evbuffer_get_length(buf);
+
+	if (info->n_added == 0 || info->n_added > len ||
+	    evbuffer_ptr_set(buf, &at, len - info->n_added, EVBUFFER_PTR_SET) < 0)
+		return;
+	for (;;) {
+		at = evbuffer_search(buf, "", 1, &at);
+		if (at.pos < 0 || evbuffer_peek(buf, 1, &at, &byte, 1) < 1)
+			return;
+		*(char *)byte.iov_base = 0x01;
+	}
+}
+
+static struct bufferevent *connection_bev(struct event_base *base, void *arg)
+{
+	struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+
+	if (bev && !evbuffer_add_cb(bufferevent_get_input(bev), nul_to_soh, NULL)) {
+		bufferevent_free(bev);
+		return NULL;
+	}
+	return bev;
 }
 
 struct httpd *httpd_new(struct event_base *base, const char *host, int port,
@@ -291,6 +380,7 @@ struct httpd *httpd_new(struct event_base *base, const char *host, int port,
 						    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS |
 						    EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
 	evhttp_set_gencb(h->http, dispatch, h);
+	evhttp_set_bevcb(h->http, connection_bev, NULL);
 	h->sock = evhttp_bind_socket_with_handle(h->http, host, (ev_uint16_t)port);
 	if (!h->sock) {
 		snprintf(err, errlen, "cannot listen on %s:%d", host, port);

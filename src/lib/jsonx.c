@@ -14,7 +14,6 @@
 
 #include <event2/buffer.h>
 #include <limits.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,25 +271,6 @@ static bool is_digit(unsigned char c)
 	return c >= '0' && c <= '9';
 }
 
-/* "-9223372036854775808" .. "9223372036854775807", compared as text. */
-static bool int_fits_int64(const unsigned char *t, size_t n)
-{
-	const char *limit = "9223372036854775807";
-	size_t ndig;
-	int cmp;
-
-	if (t[0] == '-') {
-		limit = "9223372036854775808";
-		t++;
-		n--;
-	}
-	ndig = strlen(limit);
-	if (n != ndig)
-		return n < ndig;
-	cmp = memcmp(t, limit, n);
-	return cmp <= 0;
-}
-
 /*
  * RFC 8259 number: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?, covering
  * all of t[0..n). *is_int is set when it has no fraction or exponent.
@@ -391,41 +371,14 @@ static int scan_tokens(const unsigned char *b, size_t len, char *err, size_t err
 					b[start], start);
 			return -1;
 		}
-		/* json-c would clamp it into range without a word. */
-		if (is_int && !int_fits_int64(b + start, i - start)) {
-			set_err(err, errlen, "integer out of range at offset %zu", start);
-			return -1;
-		}
+		/*
+		 * A well-formed number is the document's business; whether it
+		 * fits is the field's (jsonx_get_int), so that 1e400 or twenty
+		 * digits are an invalid field, not invalid JSON.
+		 */
+		(void)is_int;
 	}
 	return 0;
-}
-
-/* json-c turns 1e400 into an infinity, which has no JSON form to write back. */
-static bool all_finite(struct json_object *v)
-{
-	size_t k, n;
-
-	switch (json_object_get_type(v)) {
-	case json_type_double:
-		return isfinite(json_object_get_double(v));
-	case json_type_array:
-		n = json_object_array_length(v);
-		for (k = 0; k < n; k++)
-			if (!all_finite(json_object_array_get_idx(v, k)))
-				return false;
-		return true;
-	case json_type_object: {
-		json_object_object_foreach(v, key, val)
-		{
-			(void)key;
-			if (!all_finite(val))
-				return false;
-		}
-		return true;
-	}
-	default:
-		return true;
-	}
 }
 
 static struct json_object *tree_parse(const char *buf, size_t len, char *err, size_t errlen)
@@ -478,8 +431,6 @@ static struct json_object *tree_parse(const char *buf, size_t len, char *err, si
 
 struct json_object *jsonx_parse(const char *buf, size_t len, char *err, size_t errlen)
 {
-	struct json_object *v;
-
 	set_err(err, errlen, "ok");
 	if (!buf) {
 		set_err(err, errlen, "no document");
@@ -491,13 +442,21 @@ struct json_object *jsonx_parse(const char *buf, size_t len, char *err, size_t e
 	}
 	if (scan_tokens((const unsigned char *)buf, len, err, errlen) < 0)
 		return NULL;
-	v = tree_parse(buf, len, err, errlen);
-	if (v && !all_finite(v)) {
-		set_err(err, errlen, "number out of range");
-		json_object_put(v);
+	return tree_parse(buf, len, err, errlen);
+}
+
+char *jsonx_compact(const char *text)
+{
+	char err[64];
+	struct json_object *v = text ? jsonx_parse(text, strlen(text), err, sizeof(err)) : NULL;
+	char *out;
+
+	if (!v)
 		return NULL;
-	}
-	return v;
+	out = strdup(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN |
+							       JSON_C_TO_STRING_NOSLASHESCAPE));
+	json_object_put(v);
+	return out;
 }
 
 /* ---- field readers ---- */
@@ -552,10 +511,12 @@ int jsonx_get_int(struct json_object *obj, const char *key, int64_t min, int64_t
 		return -1;
 	n = json_object_get_int64(v);
 	/*
-	 * An object not built by jsonx_parse may hold a uint64 above
-	 * INT64_MAX, which get_int64 clamps; do not take the clamp for it.
+	 * json-c clamps an integer outside int64 to INT64_MIN or INT64_MAX
+	 * (UINT64_MAX for a large positive one, which get_int64 clamps again)
+	 * without a word, so a bound may stand for any larger number: never
+	 * take one for a value.
 	 */
-	if (n == INT64_MAX && json_object_get_uint64(v) != (uint64_t)INT64_MAX)
+	if (n == INT64_MIN || n == INT64_MAX)
 		return -1;
 	if (n < min || n > max)
 		return -1;

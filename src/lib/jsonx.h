@@ -20,9 +20,12 @@
  *
  * Stricter than json-c alone (see jsonx.c): also refused are NaN/Infinity,
  * leading zeros, "1.", unescaped control characters in strings, overlong or
- * surrogate UTF-8, unpaired \uD800-style escapes, \u0000, integers outside
- * int64 and numbers that overflow a double. A top-level null is an error
- * too, since json-c represents it as NULL.
+ * surrogate UTF-8, unpaired \uD800-style escapes and \u0000. A top-level
+ * null is an error too, since json-c represents it as NULL.
+ *
+ * A well-formed number that does not fit is not an error here: json-c
+ * clamps an integer outside int64 to a bound and turns 1e400 into an
+ * infinity, and the field reader refuses both (SPEC §6: invalid_field).
  */
 __attribute__((warn_unused_result)) struct json_object *jsonx_parse(const char *buf, size_t len,
 								    char *err, size_t errlen);
@@ -32,7 +35,9 @@ __attribute__((warn_unused_result)) struct json_object *jsonx_parse(const char *
  * valid, else -1 (missing, wrong type, out of range, bad pattern).
  *
  * jsonx_get_id: a string of 1..64 characters of [A-Za-z0-9_-].
- * jsonx_get_int: a JSON integer (no fraction or exponent) in [min, max].
+ * jsonx_get_int: a JSON integer (no fraction or exponent) in [min, max];
+ *   INT64_MIN and INT64_MAX themselves are refused, since json-c clamps
+ *   larger integers to them.
  * jsonx_get_uuid: a canonical hyphenated UUID string (either case).
  * jsonx_get_str: any string of at most maxlen bytes (may be empty).
  * The returned strings are borrowed from obj.
@@ -53,6 +58,14 @@ __attribute__((warn_unused_result)) int jsonx_get_str(struct json_object *obj, c
  * frees) or NULL on allocation failure.
  */
 __attribute__((warn_unused_result)) char *jsonx_canonical(struct json_object *v);
+
+/*
+ * The one JSON style of every answer: compact (no white space), keys in the
+ * order given. Rewrites JSON text made elsewhere (PostgreSQL's json_build_object
+ * writes "a" : 1) into it. Returns a malloc'd string (caller frees), or NULL
+ * when text is not valid JSON or memory ran out.
+ */
+__attribute__((warn_unused_result)) char *jsonx_compact(const char *text);
 
 /*
  * The one JSON string escaper, shared by jsonx_buf_str and log: '"' and '\\'

@@ -77,7 +77,7 @@ static const char create_sql[] =
 	"         now() + $14::int * interval '1 millisecond' FROM s)"
 	"SELECT rec.saga_id = $3::uuid,"
 	"       rec.request_hash = encode(sha256(convert_to($2, 'UTF8')), 'hex'),"
-	"       rec.status, jsonb_set(rec.response, '{duplicated}', 'true')::text, rec.saga_id"
+	"       rec.status, rec.response->>'state', rec.saga_id"
 	"  FROM rec";
 
 struct order_ctx {
@@ -98,6 +98,18 @@ static void trace_id_of(struct evhttp_request *req, char out[33])
 		return;
 	uuid_new(u);
 	snprintf(out, 33, "%.8s%.4s%.4s%.4s%.12s", u, u + 9, u + 14, u + 19, u + 24);
+}
+
+/*
+ * The answer to POST /orders, first time and replayed alike: the replay is
+ * the first answer byte for byte but for "duplicated" (ids are UUIDs and
+ * states are names: nothing to escape).
+ */
+static void order_answer(char *buf, size_t len, const char *saga_id, const char *state,
+			 bool duplicated)
+{
+	snprintf(buf, len, "{\"sagaId\":\"%s\",\"state\":\"%s\",\"duplicated\":%s}", saga_id,
+		 state, duplicated ? "true" : "false");
 }
 
 static void order_done(void *arg, PGresult *res, const struct db_error *err)
@@ -137,8 +149,11 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 			    c->trace);
 		httpd_reply(req, 201, c->response);
 	} else {
+		char again[sizeof(c->response)];
+
+		order_answer(again, sizeof(again), PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 3), true);
 		evhttp_add_header(out, "Idempotent-Replayed", "true");
-		httpd_reply(req, atoi(PQgetvalue(res, 0, 2)), PQgetvalue(res, 0, 3));
+		httpd_reply(req, atoi(PQgetvalue(res, 0, 2)), again);
 	}
 	free(c);
 }
@@ -198,9 +213,7 @@ static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 	uuid_new(c->saga_id);
 	uuid_new(c->cmd_id);
 	trace_id_of(req, c->trace);
-	snprintf(c->response, sizeof(c->response),
-		 "{\"sagaId\":\"%s\",\"state\":\"PendingPayment\",\"duplicated\":false}",
-		 c->saga_id);
+	order_answer(c->response, sizeof(c->response), c->saga_id, "PendingPayment", false);
 	/* ids match [A-Za-z0-9_-]{1,64}: nothing to escape */
 	snprintf(c->payload, sizeof(c->payload),
 		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"%s\",\"amount\":%lld}",
@@ -243,7 +256,14 @@ static void get_done(void *arg, PGresult *res, const struct db_error *err)
 		httpd_error(req, 404, "not_found", "no such saga");
 		return;
 	}
-	httpd_reply(req, 200, PQgetvalue(res, 0, 0));
+	char *body = jsonx_compact(PQgetvalue(res, 0, 0));
+
+	if (!body) {
+		httpd_error(req, 500, "internal", "could not write the saga");
+		return;
+	}
+	httpd_reply(req, 200, body);
+	free(body);
 }
 
 static void get_order(struct evhttp_request *req, void *svc, const char *tail)

@@ -63,9 +63,6 @@ static const struct doc rejected[] = {
 	DOC("01"), DOC("[-01]"), DOC("[00]"), DOC("[-00]"), DOC("[001.5]"), DOC("[1.]"),
 	DOC("[1.e3]"), DOC("[.5]"), DOC("[+1]"), DOC("[0x10]"), DOC("[1e]"), DOC("[1e+]"), DOC("-"),
 	DOC("[--1]"), DOC("[1-2]"), DOC("[1e3.5]"), DOC("1true"),
-	DOC("99999999999999999999999"), DOC("-99999999999999999999999"),
-	DOC("9223372036854775808"), DOC("-9223372036854775809"), DOC("18446744073709551615"),
-	DOC("[1e400]"), DOC("[-1e400]"), DOC("{\"q\":1.7976931348623159e308}"),
 	/* strings */
 	DOC("\"a\tb\""), DOC("\"a\nb\""), DOC("\"a\x01" "b\""), DOC("\"\\x41\""), DOC("\"\\u12\""),
 	DOC("\"\\u12g4\""), DOC("\"\\a\""), DOC("\"\\\""),
@@ -100,6 +97,10 @@ static const struct doc accepted[] = {
 	DOC("{}"), DOC("[]"), DOC("0"), DOC("-0"), DOC("1.5e3"), DOC("-1.25E-2"), DOC("true"),
 	DOC("\"\""), DOC(" \t\r\n{ \"a\" : [ 1 , 2.5 , \"x\" , true , false , null ] } \n\t\r "),
 	DOC("9223372036854775807"), DOC("-9223372036854775808"), DOC("[1e-400]"),
+	/* well-formed but too large: parsed, then refused by the field reader */
+	DOC("99999999999999999999999"), DOC("-99999999999999999999999"),
+	DOC("9223372036854775808"), DOC("-9223372036854775809"), DOC("18446744073709551615"),
+	DOC("[1e400]"), DOC("[-1e400]"), DOC("{\"q\":1.7976931348623159e308}"),
 	DOC("\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u0041\""), DOC("\"\\ud83d\\ude00\""),
 	DOC("\"\xf0\x9f\x98\x80 \xc3\xa9 \xe2\x82\xac \xef\xbf\xbf \xf4\x8f\xbf\xbf\""),
 	DOC("{\"a\":1,\"a\":2}"), DOC("\"it's\""), DOC("\"/* not a comment */\""),
@@ -197,8 +198,11 @@ START_TEST(test_get_int)
 	struct json_object *v = parse(
 		"{\"qty\":1,\"big\":1000,\"over\":1001,\"zero\":0,\"neg\":-1,\"one_f\":1.0,"
 		"\"exp\":1e3,\"str\":\"1\",\"bool\":true,\"nul\":null,\"amt\":1000000000000,"
-		"\"amt1\":1000000000001,\"max\":9223372036854775807,"
-		"\"min\":-9223372036854775808}");
+		"\"amt1\":1000000000001,\"max\":9223372036854775806,"
+		"\"min\":-9223372036854775807,\"huge\":9223372036854775808,"
+		"\"nhuge\":-9223372036854775809,\"vast\":1000000000000000000000000000000,"
+		"\"nvast\":-1000000000000000000000000000000,\"inf\":1e400,"
+		"\"bound\":9223372036854775807}");
 	int64_t out = 77;
 
 	ck_assert_ptr_nonnull(v);
@@ -209,9 +213,17 @@ START_TEST(test_get_int)
 	ck_assert_int_eq(jsonx_get_int(v, "amt", 1, 1000000000000LL, &out), 0);
 	ck_assert_int_eq(out, 1000000000000LL);
 	ck_assert_int_eq(jsonx_get_int(v, "max", INT64_MIN, INT64_MAX, &out), 0);
-	ck_assert_int_eq(out, INT64_MAX);
+	ck_assert_int_eq(out, INT64_MAX - 1);
 	ck_assert_int_eq(jsonx_get_int(v, "min", INT64_MIN, INT64_MAX, &out), 0);
-	ck_assert_int_eq(out, INT64_MIN);
+	ck_assert_int_eq(out, INT64_MIN + 1);
+	out = 77;
+	/* numbers that do not fit are out of every range, never a clamp */
+	ck_assert_int_eq(jsonx_get_int(v, "huge", INT64_MIN, INT64_MAX, &out), -1);
+	ck_assert_int_eq(jsonx_get_int(v, "nhuge", INT64_MIN, INT64_MAX, &out), -1);
+	ck_assert_int_eq(jsonx_get_int(v, "vast", INT64_MIN, INT64_MAX, &out), -1);
+	ck_assert_int_eq(jsonx_get_int(v, "nvast", INT64_MIN, INT64_MAX, &out), -1);
+	ck_assert_int_eq(jsonx_get_int(v, "inf", INT64_MIN, INT64_MAX, &out), -1);
+	ck_assert_int_eq(jsonx_get_int(v, "bound", INT64_MIN, INT64_MAX, &out), -1);
 	out = 77;
 	ck_assert_int_eq(jsonx_get_int(v, "over", 1, 1000, &out), -1);
 	ck_assert_int_eq(jsonx_get_int(v, "zero", 1, 1000, &out), -1);
@@ -236,11 +248,11 @@ START_TEST(test_get_int_no_clamp)
 	int64_t out = 5;
 
 	json_object_object_add(v, "u", json_object_new_uint64(UINT64_MAX));
-	json_object_object_add(v, "i", json_object_new_uint64((uint64_t)INT64_MAX));
+	json_object_object_add(v, "i", json_object_new_uint64((uint64_t)INT64_MAX - 1));
 	ck_assert_int_eq(jsonx_get_int(v, "u", INT64_MIN, INT64_MAX, &out), -1);
 	ck_assert_int_eq(out, 5);
 	ck_assert_int_eq(jsonx_get_int(v, "i", INT64_MIN, INT64_MAX, &out), 0);
-	ck_assert_int_eq(out, INT64_MAX);
+	ck_assert_int_eq(out, INT64_MAX - 1);
 	json_object_put(v);
 }
 END_TEST
