@@ -4,6 +4,7 @@
  * header, which token opens what, and the JSON API.
  */
 #include <check.h>
+#include <ctype.h>
 #include <json-c/json.h>
 #include <signal.h>
 #include <stdio.h>
@@ -141,6 +142,115 @@ static void sign_in(char cookie[160], char csrf[120])
 	o = parse_body(&r);
 	snprintf(csrf, 120, "X-Pgsaga-Csrf: %s", jstr(o, "csrf"));
 	json_object_put(o);
+	http_resp_free(&r);
+}
+
+
+/* --- the JSON API ----------------------------------------------------------- */
+
+static char auth_internal[128];
+
+static const char *internal_header(void)
+{
+	snprintf(auth_internal, sizeof(auth_internal), "Authorization: Bearer %s", env.token);
+	return auth_internal;
+}
+
+/* GET path on the orchestrator with the admin token; asserts 200. */
+static struct json_object *admin_get(const char *path)
+{
+	struct http_resp r;
+	struct json_object *o;
+
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", path,
+				 (const char *const[]){ BEARER, NULL }, NULL, 0, &r),
+			 0);
+	ck_assert_msg(r.status == 200, "GET %s: %d %s", path, r.status, r.body);
+	expect_security_headers(&r);
+	o = parse_body(&r);
+	http_resp_free(&r);
+	return o;
+}
+
+static int admin_post(const char *path, const char *body, struct http_resp *r)
+{
+	return req1(SVC_ORCH, "POST", path, BEARER, body, r);
+}
+
+static struct json_object *jget(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	ck_assert_msg(json_object_object_get_ex(o, key, &v), "no %s in %.300s", key,
+		      json_object_to_json_string(o));
+	return v;
+}
+
+static size_t jlen(struct json_object *o, const char *key)
+{
+	struct json_object *v = jget(o, key);
+
+	ck_assert(json_object_is_type(v, json_type_array));
+	return json_object_array_length(v);
+}
+
+static struct json_object *jidx(struct json_object *o, const char *key, size_t i)
+{
+	return json_object_array_get_idx(jget(o, key), i);
+}
+
+static void expect_unavailable(struct json_object *o, const char *services)
+{
+	struct json_object *u = jget(o, "unavailable");
+	char got[64] = "";
+
+	for (size_t i = 0; i < json_object_array_length(u); i++)
+		snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%s", i ? "," : "",
+			 json_object_get_string(json_object_array_get_idx(u, i)));
+	ck_assert_str_eq(got, services);
+}
+
+/* Posts an order; its saga id into out. */
+static void new_order(const char *customer, const char *item, long amount, char out[UUID_STR_LEN])
+{
+	struct http_resp r;
+	char body[256], key[UUID_STR_LEN], kh[64];
+	struct json_object *o;
+
+	uuid_new(key);
+	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
+	snprintf(body, sizeof(body),
+		 "{\"customerId\":\"%s\",\"itemId\":\"%s\",\"qty\":1,\"amount\":%ld}", customer,
+		 item, amount);
+	ck_assert_int_eq(req1(SVC_ORCH, "POST", "/orders", kh, body, &r), 201);
+	o = parse_body(&r);
+	snprintf(out, UUID_STR_LEN, "%s", jstr(o, "sagaId"));
+	json_object_put(o);
+	http_resp_free(&r);
+}
+
+static bool wait_state(const char *saga, const char *state)
+{
+	char sql[300];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT state FROM orchestrator.saga_instances WHERE saga_id = '%.36s'", saga);
+	return env_wait_sql(&env, sql, state, WAIT_MS);
+}
+
+static void seed_stock(const char *item, int n)
+{
+	free(env_sqlf(&env, "INSERT INTO inventory.stock (item_id, available) VALUES ('%s', %d)",
+		      item, n));
+}
+
+static void set_fail_rate(enum svc s, double rate)
+{
+	struct http_resp r;
+	char body[64];
+
+	snprintf(body, sizeof(body), "{\"failRate\":%g}", rate);
+	ck_assert_int_eq(req1(s, "POST", "/admin/faults", internal_header(), body, &r), 200);
 	http_resp_free(&r);
 }
 
@@ -290,12 +400,600 @@ START_TEST(sign_in_rate_limited)
 }
 END_TEST
 
+
+/* --- the saga list ------------------------------------------------------- */
+
+#define XSS "<img src=x onerror=alert(1)>"
+#define XSS_Q "%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E"
+
+/*
+ * 124 sagas written straight into the table (no service acts on them:
+ * they have no deadline and no messages): every state, five customers,
+ * three items, a minute apart, four of them at the same instant so that
+ * paging must break ties; one customer id is markup.
+ */
+static void seed_sagas(void)
+{
+	free(env_sqlf(&env,
+		"INSERT INTO orchestrator.saga_instances (saga_id, state, version, customer_id,"
+		"  item_id, qty, amount, compensation, created_at, updated_at)"
+		" SELECT gen_random_uuid(),"
+		"   (ARRAY['Completed','Failed','Compensated','PendingPayment','PendingInventory',"
+		"          'Compensating'])[1 + i %% 6], 1,"
+		"   CASE WHEN i = 7 THEN '%s' ELSE 'c-' || (i %% 5) END, 'item-' || (i %% 3), 1, 100,"
+		"   CASE WHEN i %% 6 = 5 THEN 'refund' END,"
+		"   timestamptz '2026-01-01 00:00:00Z' + (CASE WHEN i > 120 THEN 60 ELSE i END)"
+		"     * interval '1 minute',"
+		"   timestamptz '2026-01-01 00:00:00Z'"
+		" FROM generate_series(1, 124) i", XSS));
+	/* two unfinished ones moved a moment ago: not stuck */
+	free(env_sqlf(&env, "UPDATE orchestrator.saga_instances SET updated_at = now()"
+			    " WHERE saga_id IN (SELECT saga_id FROM orchestrator.saga_instances"
+			    "   WHERE state = 'PendingPayment' ORDER BY created_at LIMIT 2)"));
+}
+
+/* The ids of a list answer, comma-separated, appended to out. */
+static void collect_ids(struct json_object *page, char *out, size_t outlen)
+{
+	for (size_t i = 0; i < jlen(page, "sagas"); i++)
+		snprintf(out + strlen(out), outlen - strlen(out), "%s%s", *out ? "," : "",
+			 jstr(jidx(page, "sagas", i), "sagaId"));
+}
+
+/* Follows next from the first page of query; all ids, newest first. */
+static char *all_pages(const char *query, int *pages)
+{
+	char path[512], *ids = calloc(1, 124 * 40);
+	struct json_object *page;
+
+	ck_assert_ptr_nonnull(ids);
+	snprintf(path, sizeof(path), "/admin/api/sagas?%s", query);
+	for (*pages = 0;; ++*pages) {
+		struct json_object *next;
+
+		page = admin_get(path);
+		collect_ids(page, ids, 124 * 40);
+		next = jget(page, "next");
+		if (!next) {
+			json_object_put(page);
+			return ids;
+		}
+		snprintf(path, sizeof(path), "/admin/api/sagas?%s&cursor=%s", query,
+			 json_object_get_string(next));
+		json_object_put(page);
+		ck_assert_int_lt(*pages, 100);
+	}
+}
+
+static char *ids_sql(const char *where)
+{
+	char *v = env_sqlf(&env,
+			   "SELECT coalesce(string_agg(saga_id::text, ',' ORDER BY created_at DESC,"
+			   " saga_id DESC), '') FROM orchestrator.saga_instances WHERE %s",
+			   where);
+
+	return v ? v : strdup("");
+}
+
+/* The filter gives exactly the sagas of where, in order, over pages. */
+static void expect_filter(const char *query, const char *where)
+{
+	int pages;
+	char *got = all_pages(query, &pages), *want = ids_sql(where);
+
+	ck_assert_msg(strcmp(got, want) == 0, "%s: got %s, want %s", query, got, want);
+	ck_assert_msg(strlen(want) > 0, "%s selects nothing: a weak test", query);
+	free(got);
+	free(want);
+}
+
+START_TEST(saga_list_filters_and_pages)
+{
+	struct json_object *o, *counts;
+	char *got, *want;
+	int pages;
+
+	start_all_admin();
+	seed_sagas();
+	/* the first page: 50, newest first, counts of all six states */
+	o = admin_get("/admin/api/sagas");
+	ck_assert_int_eq(jlen(o, "sagas"), 50);
+	ck_assert_ptr_nonnull(jget(o, "next"));
+	counts = jget(o, "counts");
+	long long total = 0;
+	json_object_object_foreach(counts, state, n)
+	{
+		ck_assert_int_eq(json_object_get_int64(n),
+				 env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+						   " WHERE state = '%s'", state));
+		total += json_object_get_int64(n);
+	}
+	ck_assert_int_eq(json_object_object_length(counts), 6);
+	ck_assert_int_eq(total, 124);
+	json_object_put(o);
+
+	/* every saga once over pages of 7 (ties at one instant included) */
+	got = all_pages("limit=7", &pages);
+	want = ids_sql("true");
+	ck_assert_str_eq(got, want);
+	ck_assert_int_ge(pages, 124 / 7);
+	free(got);
+	free(want);
+
+	expect_filter("limit=9&state=Failed", "state = 'Failed'");
+	expect_filter("limit=500&state=Failed,Compensated", "state IN ('Failed', 'Compensated')");
+	expect_filter("limit=5&customerId=c-2", "customer_id = 'c-2'");
+	expect_filter("limit=5&itemId=item-1", "item_id = 'item-1'");
+	expect_filter("limit=6&since=2026-01-01T01:00:00Z&until=2026-01-01T01:30:00%2B00:00",
+		      "created_at >= '2026-01-01T01:00:00Z' AND created_at < '2026-01-01T01:30:00Z'");
+	expect_filter("limit=4&stuckSeconds=3600",
+		      "state IN ('PendingPayment', 'PendingInventory', 'Compensating')"
+		      " AND updated_at <= now() - interval '1 hour'");
+	expect_filter("limit=3&state=Completed&customerId=c-1&itemId=item-0",
+		      "state = 'Completed' AND customer_id = 'c-1' AND item_id = 'item-0'");
+
+	/* counts follow every filter but the state */
+	o = admin_get("/admin/api/sagas?customerId=c-3&state=Completed");
+	ck_assert_int_eq(json_object_get_int64(jget(jget(o, "counts"), "Failed")),
+			 env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+					  " WHERE customer_id = 'c-3' AND state = 'Failed'", 0, NULL));
+	json_object_put(o);
+
+	/* markup is data: it round-trips as the same characters */
+	o = admin_get("/admin/api/sagas?customerId=" XSS_Q);
+	ck_assert_int_eq(jlen(o, "sagas"), 1);
+	ck_assert_str_eq(jstr(jidx(o, "sagas", 0), "customerId"), XSS);
+	json_object_put(o);
+	o = admin_get("/admin/api/sagas?customerId=nobody");
+	ck_assert_int_eq(jlen(o, "sagas"), 0);
+	ck_assert(jget(o, "next") == NULL);
+	json_object_put(o);
+}
+END_TEST
+
+START_TEST(saga_list_bad_parameters)
+{
+	static const char *const bad[][2] = {
+		{ "limit=0", "limit" },
+		{ "limit=501", "limit" },
+		{ "limit=ten", "limit" },
+		{ "state=Pending", "state" },
+		{ "state=Failed,", "state" },
+		{ "since=now", "since" },
+		{ "until=2026-13-45T00:00:00Z", "until" },
+		{ "since=2026-02-30", "since" },
+		{ "stuckSeconds=-1", "stuckSeconds" },
+		{ "cursor=abc", "cursor" },
+		{ "cursor=12.not-a-uuid", "cursor" },
+		{ "customerId=", "customerId" },
+	};
+	struct http_resp r;
+	char path[128];
+
+	start_all_admin();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct json_object *o;
+
+		snprintf(path, sizeof(path), "/admin/api/sagas?%s", bad[i][0]);
+		req1(SVC_ORCH, "GET", path, BEARER, NULL, &r);
+		ck_assert_msg(r.status == 400, "%s: %d %s", path, r.status, r.body);
+		o = parse_body(&r);
+		ck_assert_str_eq(error_code(o), "invalid_field");
+		ck_assert_msg(strstr(jstr(jget(o, "error"), "message"), bad[i][1]),
+			      "%s: the message does not name %s: %s", path, bad[i][1], r.body);
+		json_object_put(o);
+		http_resp_free(&r);
+	}
+	req1(SVC_ORCH, "GET", "/admin/api/sagas/not-a-uuid", BEARER, NULL, &r);
+	expect_error(&r, 400, "invalid_id");
+	req1(SVC_ORCH, "GET", "/admin/api/sagas/6f1c1e4e-3d8e-4d7c-9a43-2a4f0b9d1c55", BEARER, NULL,
+	     &r);
+	expect_error(&r, 404, "not_found");
+}
+END_TEST
+
+/* --- a saga across the three services ----------------------------------- */
+
+/* The message of service and direction whose type is type, or NULL. */
+static struct json_object *find_msg(struct json_object *saga, const char *service,
+				    const char *dir, const char *type)
+{
+	for (size_t i = 0; i < jlen(saga, "messages"); i++) {
+		struct json_object *m = jidx(saga, "messages", i), *t;
+
+		if (strcmp(jstr(m, "service"), service) == 0 && strcmp(jstr(m, "direction"), dir) == 0 &&
+		    json_object_object_get_ex(m, "type", &t) && t &&
+		    strcmp(json_object_get_string(t), type) == 0)
+			return m;
+	}
+	return NULL;
+}
+
+START_TEST(saga_messages_from_three_services)
+{
+	char saga[UUID_STR_LEN], path[96], upper[UUID_STR_LEN];
+	struct json_object *o, *m;
+
+	start_all_admin();
+	seed_stock("A001", 5);
+	new_order("c-1", "A001", 100, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	/* an event's inbox row is written before its sender marks it delivered */
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.outbox_messages"
+				     " WHERE processed_at IS NULL", "0", WAIT_MS));
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM inventory.outbox_messages"
+				     " WHERE processed_at IS NULL", "0", WAIT_MS));
+	for (int i = 0; i < UUID_STR_LEN; i++)
+		upper[i] = (char)toupper((unsigned char)saga[i]);
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s", upper);
+	o = admin_get(path);
+	ck_assert_str_eq(jstr(o, "sagaId"), saga);
+	ck_assert_str_eq(jstr(o, "state"), "Completed");
+	ck_assert_int_eq(jlen(o, "history"), 3);
+	expect_unavailable(o, "");
+	/* each message out of one service, and into the next */
+	static const char *const flow[][3] = {
+		{ "orchestrator", "payment", "PayCommand" },
+		{ "payment", "orchestrator", "PaymentSucceeded" },
+		{ "orchestrator", "inventory", "ReserveInventoryCommand" },
+		{ "inventory", "orchestrator", "InventoryReserved" },
+	};
+	for (size_t i = 0; i < 4; i++) {
+		struct json_object *out = find_msg(o, flow[i][0], "out", flow[i][2]);
+		struct json_object *in = find_msg(o, flow[i][1], "in", flow[i][2]);
+
+		ck_assert_msg(out && in, "%s from %s to %s missing: %s", flow[i][2], flow[i][0],
+			      flow[i][1], json_object_to_json_string(o));
+		ck_assert_str_eq(jstr(out, "messageId"), jstr(in, "messageId"));
+		ck_assert_int_eq(json_object_get_int(jget(out, "attemptCount")), 0); /* no failure */
+		ck_assert_ptr_nonnull(jget(out, "processedAt"));
+		ck_assert(jget(out, "deadAt") == NULL);
+		ck_assert_ptr_nonnull(jget(in, "processedAt"));
+	}
+	ck_assert_int_eq(jlen(o, "messages"), 8);
+	m = jget(o, "payment");
+	ck_assert_str_eq(jstr(m, "status"), "captured");
+	ck_assert_int_eq(json_object_get_int(jget(m, "amount")), 100);
+	ck_assert_str_eq(jstr(jget(o, "reservation"), "status"), "reserved");
+	json_object_put(o);
+
+	/* payment down: the rest, and payment named as missing */
+	env_stop(&env, SVC_PAY, SIGTERM);
+	o = admin_get(path);
+	expect_unavailable(o, "payment");
+	ck_assert(jget(o, "payment") == NULL);
+	ck_assert_str_eq(jstr(jget(o, "reservation"), "status"), "reserved");
+	ck_assert_ptr_nonnull(find_msg(o, "inventory", "out", "InventoryReserved"));
+	ck_assert(find_msg(o, "payment", "out", "PaymentSucceeded") == NULL);
+	json_object_put(o);
+	o = admin_get("/admin/api/deliveries");
+	expect_unavailable(o, "payment");
+	ck_assert_int_eq(jlen(o, "deliveries"), 3); /* ours to two peers, inventory's to us */
+	json_object_put(o);
+	o = admin_get("/admin/api/dead-letters");
+	expect_unavailable(o, "payment");
+	json_object_put(o);
+}
+END_TEST
+
+/* --- cancel ------------------------------------------------------------------ */
+
+static int cancel(const char *saga, const char *reason, struct http_resp *r)
+{
+	char path[96], body[256];
+
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s/cancel", saga);
+	snprintf(body, sizeof(body), "{\"reason\":\"%s\"}", reason);
+	return admin_post(path, body, r);
+}
+
+static void expect_cancelled(const char *saga, bool cancelled)
+{
+	struct http_resp r;
+	struct json_object *o;
+
+	ck_assert_int_eq(cancel(saga, "customer called", &r), 200);
+	o = parse_body(&r);
+	ck_assert_str_eq(jstr(o, "state"), "Compensating");
+	ck_assert_int_eq(json_object_get_boolean(jget(o, "cancelled")), cancelled);
+	json_object_put(o);
+	http_resp_free(&r);
+}
+
+static long long history_causes(const char *saga, const char *cause)
+{
+	return env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_history"
+				 " WHERE saga_id = '%s' AND cause = '%s'", saga, cause);
+}
+
+/*
+ * PendingPayment (payment failing: the PayCommand waits): cancel refunds
+ * before the payment, which leaves a voided row; the late PayCommand is
+ * then declined. Twice is one cancellation.
+ */
+START_TEST(cancel_pending_payment)
+{
+	char saga[UUID_STR_LEN];
+	struct json_object *o;
+
+	start_all_admin();
+	seed_stock("A001", 5);
+	set_fail_rate(SVC_PAY, 1);
+	new_order("c-1", "A001", 100, saga);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) > 0 FROM orchestrator.outbox_messages"
+				     " WHERE attempt_count > 0", "t", WAIT_MS));
+	expect_cancelled(saga, true);
+	expect_cancelled(saga, false);
+	ck_assert_int_eq(history_causes(saga, "Cancelled"), 1);
+	set_fail_rate(SVC_PAY, 0);
+	ck_assert(wait_state(saga, "Compensated"));
+	/* refund first: voided, the PayCommand declined; else captured and refunded */
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+				     " WHERE processed_at IS NULL", "0", WAIT_MS));
+	ck_assert(env_wait_sql(&env, "SELECT string_agg(status, ',') IN ('voided', 'refunded')"
+				     " FROM payment.payments", "t", WAIT_MS));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT balance FROM payment.accounts"
+					  " UNION ALL SELECT 1000000 LIMIT 1", 0, NULL), 1000000);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM inventory.reservations", 0, NULL), 0);
+	o = admin_get("/admin/api/sagas?state=Compensated");
+	ck_assert_int_eq(jlen(o, "sagas"), 1);
+	json_object_put(o);
+	{
+		char path[96];
+
+		snprintf(path, sizeof(path), "/admin/api/sagas/%s", saga);
+		o = admin_get(path);
+		ck_assert_str_eq(jstr(jget(o, "cancellation"), "reason"), "customer called");
+		ck_assert_str_eq(jstr(jidx(o, "history", 1), "cause"), "Cancelled");
+		json_object_put(o);
+	}
+}
+END_TEST
+
+/* PendingInventory (inventory failing): release, then refund, as on a deadline. */
+START_TEST(cancel_pending_inventory)
+{
+	char saga[UUID_STR_LEN];
+
+	start_all_admin();
+	seed_stock("A001", 5);
+	set_fail_rate(SVC_INV, 1);
+	new_order("c-1", "A001", 100, saga);
+	ck_assert(wait_state(saga, "PendingInventory"));
+	expect_cancelled(saga, true);
+	/* compensating, waiting for the release: a second cancel changes nothing */
+	expect_cancelled(saga, false);
+	set_fail_rate(SVC_INV, 0);
+	ck_assert(wait_state(saga, "Compensated"));
+	ck_assert_int_eq(history_causes(saga, "Cancelled"), 1);
+	ck_assert_int_eq(history_causes(saga, "InventoryReleased"), 1);
+	ck_assert_int_eq(history_causes(saga, "PaymentRefunded"), 1);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM inventory.reservations"
+				     " WHERE status = 'reserved'", "0", WAIT_MS));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.payments"
+					  " WHERE status = 'captured'", 0, NULL), 0);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT available FROM inventory.stock", 0, NULL), 5);
+}
+END_TEST
+
+/* Compensating for another cause (no stock, refund failing), then finished ones. */
+START_TEST(cancel_compensating_and_finished)
+{
+	char comp[UUID_STR_LEN], done[UUID_STR_LEN], path[96];
+	struct http_resp r;
+
+	start_all_admin();
+	seed_stock("A001", 5);
+	seed_stock("B002", 0);
+	new_order("c-1", "A001", 100, done);
+	ck_assert(wait_state(done, "Completed"));
+	cancel(done, "too late", &r);
+	expect_error(&r, 409, "saga_finished");
+	ck_assert_int_eq(history_causes(done, "Cancelled"), 0);
+
+	new_order("c-1", "B002", 100, comp); /* rejected: compensates with a refund */
+	ck_assert(wait_state(comp, "Compensated"));
+	cancel(comp, "too late", &r);
+	expect_error(&r, 409, "saga_finished");
+
+	/* one stuck in Compensating: a refund that cannot get through */
+	set_fail_rate(SVC_PAY, 1);
+	env_stop(&env, SVC_INV, SIGTERM);
+	new_order("c-2", "B002", 100, comp);
+	/* payment fails too: the saga waits in PendingPayment; an event moves it on */
+	expect_cancelled(comp, true);
+	expect_cancelled(comp, false);
+	ck_assert_int_eq(history_causes(comp, "Cancelled"), 1);
+
+	/* bad requests change nothing */
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s/cancel", comp);
+	admin_post(path, "{\"reason\":\"\"}", &r);
+	expect_error(&r, 400, "invalid_field");
+	admin_post(path, "{\"why\":\"x\"}", &r);
+	expect_error(&r, 400, "invalid_field");
+	admin_post(path, "[1]", &r);
+	expect_error(&r, 400, "invalid_json");
+	admin_post("/admin/api/sagas/nope/cancel", "{\"reason\":\"x\"}", &r);
+	expect_error(&r, 400, "invalid_id");
+	admin_post("/admin/api/sagas/6f1c1e4e-3d8e-4d7c-9a43-2a4f0b9d1c55/cancel",
+		   "{\"reason\":\"x\"}", &r);
+	expect_error(&r, 404, "not_found");
+	/* the cookie without the CSRF header cannot cancel */
+	{
+		char cookie[160], csrf[120];
+
+		sign_in(cookie, csrf);
+		req1(SVC_ORCH, "POST", path, cookie, "{\"reason\":\"x\"}", &r);
+		expect_error(&r, 403, "csrf_missing");
+		ck_assert_int_eq(req2(SVC_ORCH, "POST", path, cookie, csrf, "{\"reason\":\"x\"}", &r),
+				 200);
+		http_resp_free(&r);
+	}
+}
+END_TEST
+
+/* --- dead letters --------------------------------------------------------- */
+
+/* Three PayCommands dead (payment down, one attempt each), one by hand in
+ * payment's outbox with markup in its error. */
+static void make_dead_letters(char sagas[3][UUID_STR_LEN])
+{
+	const char *const give_up[] = { "ADMIN_TOKEN=" ADMIN_TOKEN, "RETRY_MAX_ATTEMPTS=1",
+					"BREAKER_FAILURES=100", NULL };
+
+	env_start(&env, SVC_INV, admin_env);
+	env_start(&env, SVC_ORCH, give_up);
+	seed_stock("A001", 10);
+	for (int i = 0; i < 3; i++)
+		new_order("c-1", "A001", 100, sagas[i]);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.dead_letters", "3", WAIT_MS));
+	env_start(&env, SVC_PAY, admin_env);
+	free(env_sqlf(&env,
+		"INSERT INTO payment.outbox_messages (message_id, kind, destination, type, payload,"
+		"  attempt_count, dead_at, last_error, next_attempt_at)"
+		" VALUES (gen_random_uuid(), 'event', 'orchestrator', 'PaymentSucceeded',"
+		"  jsonb_build_object('sagaId', gen_random_uuid()), 3, now(), '%s', now())", XSS));
+}
+
+static char *dead_id_of(const char *saga)
+{
+	return env_sqlf(&env, "SELECT message_id FROM orchestrator.outbox_messages"
+			      " WHERE payload->>'sagaId' = '%s'", saga);
+}
+
+START_TEST(dead_letters_listed_and_retried)
+{
+	char sagas[3][UUID_STR_LEN], body[256], *id0, *id1;
+	struct json_object *o, *g;
+	struct http_resp r;
+
+	make_dead_letters(sagas);
+
+	o = admin_get("/admin/api/dead-letters");
+	expect_unavailable(o, "");
+	ck_assert_int_eq(jlen(o, "deadLetters"), 4);
+	ck_assert_int_eq(jlen(o, "groups"), 2);
+	g = jidx(o, "groups", 0); /* the biggest first */
+	ck_assert_str_eq(jstr(g, "service"), "orchestrator");
+	ck_assert_str_eq(jstr(g, "type"), "PayCommand");
+	ck_assert_int_eq(json_object_get_int(jget(g, "count")), 3);
+	json_object_put(o);
+	o = admin_get("/admin/api/dead-letters?service=payment");
+	ck_assert_int_eq(jlen(o, "deadLetters"), 1);
+	ck_assert_str_eq(jstr(jidx(o, "deadLetters", 0), "lastError"), XSS);
+	ck_assert_str_eq(jstr(jidx(o, "deadLetters", 0), "service"), "payment");
+	json_object_put(o);
+	o = admin_get("/admin/api/dead-letters?type=PayCommand");
+	ck_assert_int_eq(jlen(o, "deadLetters"), 3);
+	json_object_put(o);
+	o = admin_get("/admin/api/dead-letters?service=orchestrator&type=PaymentSucceeded");
+	ck_assert_int_eq(jlen(o, "deadLetters"), 0);
+	json_object_put(o);
+
+	/* one: delivered again at once, and the saga goes on */
+	id0 = dead_id_of(sagas[0]);
+	snprintf(body, sizeof(body), "{\"service\":\"orchestrator\",\"messageIds\":[\"%s\"]}", id0);
+	ck_assert_int_eq(admin_post("/admin/api/dead-letters/retry", body, &r), 200);
+	o = parse_body(&r);
+	ck_assert_int_eq(json_object_get_int(jget(o, "retried")), 1);
+	json_object_put(o);
+	http_resp_free(&r);
+	ck_assert(wait_state(sagas[0], "Completed"));
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT version FROM orchestrator.saga_instances"
+					   " WHERE saga_id = '%s'", sagas[1]),
+			 1); /* the others still wait */
+	/* a list: one of them is no dead letter any more */
+	id1 = dead_id_of(sagas[1]);
+	snprintf(body, sizeof(body),
+		 "{\"service\":\"orchestrator\",\"messageIds\":[\"%s\",\"%s\"]}", id0, id1);
+	ck_assert_int_eq(admin_post("/admin/api/dead-letters/retry", body, &r), 200);
+	ck_assert_str_eq(r.body, "{\"retried\":1}");
+	http_resp_free(&r);
+	ck_assert(wait_state(sagas[1], "Completed"));
+	/* all */
+	ck_assert_int_eq(admin_post("/admin/api/dead-letters/retry",
+				    "{\"service\":\"orchestrator\",\"all\":true}", &r),
+			 200);
+	ck_assert_str_eq(r.body, "{\"retried\":1}");
+	http_resp_free(&r);
+	ck_assert(wait_state(sagas[2], "Completed"));
+	/* payment's, through the orchestrator (it dies again: a 404) */
+	ck_assert_int_eq(admin_post("/admin/api/dead-letters/retry",
+				    "{\"service\":\"payment\",\"all\":true}", &r),
+			 200);
+	ck_assert_str_eq(r.body, "{\"retried\":1}");
+	http_resp_free(&r);
+	ck_assert(env_wait_sql(&env, "SELECT attempt_count FROM payment.dead_letters", "1",
+			       WAIT_MS));
+	free(id0);
+	free(id1);
+
+	/* refused */
+	static const char *const bad[] = {
+		"{\"service\":\"orchestrator\"}",
+		"{\"service\":\"orchestrator\",\"all\":true,\"messageIds\":[]}",
+		"{\"service\":\"orchestrator\",\"messageIds\":[\"x\"]}",
+		"{\"service\":\"orchestrator\",\"all\":1}",
+		"{\"service\":\"billing\",\"all\":true}",
+		"{\"all\":true}",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		admin_post("/admin/api/dead-letters/retry", bad[i], &r);
+		expect_error(&r, 400, "invalid_field");
+	}
+	req1(SVC_ORCH, "GET", "/admin/api/dead-letters?service=billing", BEARER, NULL, &r);
+	expect_error(&r, 400, "invalid_field");
+	/* the peer is down: said so, nothing invented */
+	env_stop(&env, SVC_PAY, SIGTERM);
+	admin_post("/admin/api/dead-letters/retry", "{\"service\":\"payment\",\"all\":true}", &r);
+	expect_error(&r, 503, "service_unavailable");
+}
+END_TEST
+
+/* --- deliveries ------------------------------------------------------------- */
+
+START_TEST(deliveries_per_service_and_peer)
+{
+	struct json_object *o;
+	char saga[UUID_STR_LEN];
+	int seen = 0;
+
+	start_all_admin();
+	seed_stock("A001", 5);
+	set_fail_rate(SVC_INV, 1);
+	new_order("c-1", "A001", 100, saga);
+	ck_assert(wait_state(saga, "PendingInventory"));
+	ck_assert(env_wait_sql(&env, "SELECT count(*) > 0 FROM orchestrator.outbox_messages"
+				     " WHERE attempt_count > 1", "t", WAIT_MS));
+	o = admin_get("/admin/api/deliveries");
+	for (size_t i = 0; i < jlen(o, "deliveries"); i++) {
+		struct json_object *d = jidx(o, "deliveries", i);
+		const char *svc = jstr(d, "service"), *dest = jstr(d, "destination");
+
+		if (strcmp(svc, "orchestrator") == 0 && strcmp(dest, "inventory") == 0) {
+			ck_assert_int_eq(json_object_get_int(jget(d, "pending")), 1);
+			ck_assert_int_eq(json_object_get_int(jget(d, "dead")), 0);
+			ck_assert(json_object_get_double(jget(d, "oldestPendingSeconds")) > 0);
+			seen++;
+		} else {
+			ck_assert_int_eq(json_object_get_int(jget(d, "pending")), 0);
+			ck_assert_str_eq(jstr(d, "breaker"), "closed");
+			seen += 10;
+		}
+	}
+	ck_assert_int_eq(seen, 1 + 3 * 10); /* orchestrator→payment, payment→, inventory→ */
+	json_object_put(o);
+}
+END_TEST
+
 static Suite *admin_suite(void)
 {
 	Suite *s = suite_create("admin");
 	TCase *sec = tcase_create("security");
+	TCase *api = tcase_create("api");
+	TCase *cancels = tcase_create("cancel");
 
-	TCase *all[] = { sec };
+	TCase *all[] = { sec, api, cancels };
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
 		tcase_add_checked_fixture(all[i], setup, teardown);
 		tcase_set_timeout(all[i], 120);
@@ -305,6 +1003,14 @@ static Suite *admin_suite(void)
 	tcase_add_test(sec, tokens_are_not_interchangeable);
 	tcase_add_test(sec, session_cookie_and_csrf);
 	tcase_add_test(sec, sign_in_rate_limited);
+	tcase_add_test(api, saga_list_filters_and_pages);
+	tcase_add_test(api, saga_list_bad_parameters);
+	tcase_add_test(api, saga_messages_from_three_services);
+	tcase_add_test(api, dead_letters_listed_and_retried);
+	tcase_add_test(api, deliveries_per_service_and_peer);
+	tcase_add_test(cancels, cancel_pending_payment);
+	tcase_add_test(cancels, cancel_pending_inventory);
+	tcase_add_test(cancels, cancel_compensating_and_finished);
 	return s;
 }
 

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 
+#include "admin_api.h"
 #include "app.h"
 #include "command.h"
 #include "jsonx.h"
@@ -46,6 +47,16 @@ static const struct httpd_route routes[] = {
 	{ "POST", "/commands/", true, post_command, "/commands/{type}" },
 };
 
+/* The admin API's part of a saga here: its messages and its reservation row. */
+static const struct admin_spec admin = {
+	.saga_row = "reservation",
+	.saga_row_sql =
+		"SELECT json_build_object('messages', admin_messages($1, $2, $3::uuid[]),"
+		" 'reservation', (SELECT json_build_object('status', r.status, 'itemId', r.item_id, 'qty', r.qty, 'reason', r.reason,"
+		"                'createdAt', rfc3339(r.created_at), 'updatedAt', rfc3339(r.updated_at))"
+		"           FROM reservations r WHERE r.saga_id = $1))::text",
+};
+
 static const struct app_peer_spec peers[] = {
 	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
 };
@@ -63,6 +74,7 @@ int main(int argc, char **argv)
 		.nroutes = sizeof(routes) / sizeof(routes[0]),
 		.peers = peers,
 		.npeers = sizeof(peers) / sizeof(peers[0]),
+		.admin = &admin,
 		.faults = true,
 	};
 	bool done;

@@ -84,14 +84,14 @@ static void gather_end(struct gather *g)
 	free(g);
 }
 
-/* Joins arrays under the same key, adds keys the result lacks. */
+/* Joins arrays under the same key, fills keys the result lacks or has null. */
 static void merge(struct json_object *into, struct json_object *part)
 {
 	json_object_object_foreach(part, key, val)
 	{
 		struct json_object *mine;
 
-		if (!json_object_object_get_ex(into, key, &mine)) {
+		if (!json_object_object_get_ex(into, key, &mine) || !mine) {
 			json_object_object_add(into, key, json_object_get(val));
 		} else if (json_object_is_type(mine, json_type_array) &&
 			   json_object_is_type(val, json_type_array)) {
@@ -296,9 +296,255 @@ static void deliveries(struct evhttp_request *req, void *svc, const char *tail)
 }
 
 
+/* Which of our peers is called name; -1 for none. */
+static int peer_index(const char *name)
+{
+	for (size_t i = 0; i < P.n; i++)
+		if (strcmp(P.name[i], name) == 0)
+			return (int)i;
+	return -1;
+}
+
+/*
+ * GET /admin/api/dead-letters?service=&type=. With service naming a peer,
+ * only that peer is asked; naming this service, only it answers.
+ */
+static void dead_letters(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+	bool answered;
+	char *service = admin_param(req, "service", 64, &answered), *type;
+	struct query *q;
+	int peer = -1;
+
+	if (answered)
+		return;
+	type = admin_param(req, "type", 100, &answered);
+	if (answered) {
+		free(service);
+		return;
+	}
+	if (service && strcmp(service, app->spec->service) != 0 &&
+	    (peer = peer_index(service)) < 0) {
+		httpd_error(req, 400, "invalid_field", "service: expected orchestrator, payment or inventory%s",
+			    P.n ? "" : " (this one's own)");
+		free(service);
+		free(type);
+		return;
+	}
+	q = query_new(app, req, NULL);
+	same_for_peers(req, q->paths);
+	if (peer >= 0) {
+		/* only the peer's part: ours stays empty */
+		for (size_t i = 0; i < MAX_PEERS; i++)
+			if ((int)i != peer)
+				q->paths[i] = NULL;
+		admin_gather(app, req, admin_parse_db("{\"deadLetters\":[],\"groups\":[]}"), q->paths,
+			     NULL, NULL);
+		free(q);
+	} else {
+		if (service) /* ours only */
+			memset(q->paths, 0, sizeof(q->paths));
+		const char *params[3] = { app->spec->service, type, DEAD_LETTERS_SHOWN };
+		db_query(app->pool, "SELECT admin_dead_letters($1, $2, $3::int)::text", 3, params,
+			 query_done, q);
+	}
+	free(service);
+	free(type);
+}
+
+/* --- POST /admin/api/dead-letters/retry -------------------------------- */
+
+struct retry {
+	struct app *app;
+	struct evhttp_request *req;
+};
+
+static void retried(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct retry *r = arg;
+	char body[64];
+	int n;
+
+	if (err->status != DB_OK) {
+		app_db_error(r->req, err, "admin retry");
+		free(r);
+		return;
+	}
+	n = atoi(PQgetvalue(res, 0, 0));
+	if (n > 0)
+		outbox_kick(r->app->outbox); /* delivered again at once */
+	log_info("admin: %d dead letter(s) back to pending", n);
+	snprintf(body, sizeof(body), "{\"retried\":%d}", n);
+	httpd_reply(r->req, 200, body);
+	free(r);
+}
+
+/* The peer's answer, passed on as it is. */
+static void forwarded(void *arg, const struct httpc_result *res)
+{
+	struct retry *r = arg;
+
+	if (res->status == 0) {
+		httpd_error(r->req, 503, "service_unavailable", "that service does not answer: %s",
+			    res->error);
+	} else {
+		char *copy = strndup(res->body, res->body_len);
+
+		if (!copy)
+			abort();
+		httpd_reply(r->req, res->status, copy);
+		free(copy);
+	}
+	free(r);
+}
+
+/* "{id,id,...}" of the messageIds array, or the name of the bad field. */
+static const char *retry_ids(struct json_object *obj, char **ids)
+{
+	struct json_object *arr;
+	size_t n;
+	char *p;
+
+	*ids = NULL;
+	if (!json_object_object_get_ex(obj, "messageIds", &arr))
+		return NULL;
+	if (!json_object_is_type(arr, json_type_array) ||
+	    (n = json_object_array_length(arr)) < 1 || n > RETRY_IDS_MAX)
+		return "messageIds";
+	p = *ids = malloc(n * UUID_STR_LEN + 3);
+	if (!p)
+		abort();
+	*p++ = '{';
+	for (size_t i = 0; i < n; i++) {
+		struct json_object *v = json_object_array_get_idx(arr, i);
+		const char *id = json_object_get_string(v);
+
+		if (!json_object_is_type(v, json_type_string) || !uuid_valid(id)) {
+			free(*ids);
+			*ids = NULL;
+			return "messageIds";
+		}
+		p += sprintf(p, "%s%s", i ? "," : "", id);
+	}
+	strcpy(p, "}");
+	return NULL;
+}
+
+static void retry(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+	size_t len;
+	const char *body = httpd_body(req, &len), *service = NULL, *type = NULL, *error = NULL;
+	const char *bad = NULL;
+	char err[128], *ids = NULL;
+	struct json_object *obj = jsonx_parse(body, len, err, sizeof(err)), *all_v = NULL;
+	bool all = false;
+	int peer = -1;
+
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return;
+	}
+	if (!json_object_is_type(obj, json_type_object))
+		bad = "body";
+	else if (jsonx_get_str(obj, "service", 64, &service) != 0 ||
+		 (strcmp(service, app->spec->service) != 0 && (peer = peer_index(service)) < 0))
+		bad = "service";
+	else if (json_object_object_get_ex(obj, "all", &all_v) &&
+		 !json_object_is_type(all_v, json_type_boolean))
+		bad = "all";
+	else if ((bad = retry_ids(obj, &ids)) != NULL)
+		;
+	else if ((all = all_v && json_object_get_boolean(all_v)) == (ids != NULL))
+		bad = ids ? "all" : "messageIds"; /* exactly one of them */
+	else if (json_object_object_get_ex(obj, "type", NULL) &&
+		 jsonx_get_str(obj, "type", 100, &type) != 0)
+		bad = "type";
+	else if (json_object_object_get_ex(obj, "lastError", NULL) &&
+		 jsonx_get_str(obj, "lastError", 2000, &error) != 0)
+		bad = "lastError";
+	if (bad) {
+		if (strcmp(bad, "body") == 0)
+			httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
+		else
+			httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
+		json_object_put(obj);
+		free(ids);
+		return;
+	}
+	struct retry *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		abort();
+	r->app = app;
+	r->req = req;
+	if (peer >= 0) {
+		const char *headers[3] = { "Authorization", P.auth, NULL };
+
+		httpc_request(P.peer[peer], "POST", "/admin/api/dead-letters/retry", body, len,
+			      headers, forwarded, r);
+	} else {
+		const char *params[4] = { ids, all ? "true" : "false", type, error };
+
+		db_query(app->pool, "SELECT admin_retry($1::uuid[], $2::boolean, $3, $4)", 4, params,
+			 retried, r);
+	}
+	json_object_put(obj);
+	free(ids);
+}
+
+/* --- GET /admin/api/sagas/{id} on payment and inventory ----------------- */
+
+/*
+ * Their part of a saga: its messages here and this service's row.
+ * ?received=id,id names the messages the orchestrator sent here about it,
+ * whose inbox rows are shown.
+ */
+static void saga_part(struct evhttp_request *req, void *svc, const char *tail)
+{
+	struct app *app = svc;
+	const struct admin_spec *as = app->spec->admin;
+	bool answered;
+	char *received, ids[40 * 64 + 3] = "{", *tok, *save = NULL;
+	struct query *q;
+	int n = 0;
+
+	if (!as || !as->saga_row_sql) {
+		httpd_error(req, 404, "not_found", "no such endpoint");
+		return;
+	}
+	if (!uuid_valid(tail)) {
+		httpd_error(req, 400, "invalid_id", "expected a saga id (a UUID)");
+		return;
+	}
+	received = admin_param(req, "received", 38 * 64, &answered);
+	if (answered)
+		return;
+	for (tok = received ? strtok_r(received, ",", &save) : NULL; tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		if (!uuid_valid(tok) || ++n > 64) {
+			httpd_error(req, 400, "invalid_field", "received: a list of message ids");
+			free(received);
+			return;
+		}
+		snprintf(ids + strlen(ids), sizeof(ids) - strlen(ids), "%s%s", n > 1 ? "," : "", tok);
+	}
+	strcat(ids, "}");
+	free(received);
+	q = query_new(app, req, NULL);
+	const char *params[3] = { tail, app->spec->service, ids };
+	db_query(app->pool, as->saga_row_sql, 3, params, query_done, q);
+}
+
 static const struct httpd_route routes[] = {
 	{ "GET", "/admin/api/deliveries", false, deliveries, "/admin/api/deliveries",
 	  HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/dead-letters", false, dead_letters, "/admin/api/dead-letters",
+	  HTTPD_ADMIN_AUTH },
+	{ "POST", "/admin/api/dead-letters/retry", false, retry, "/admin/api/dead-letters/retry",
+	  HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/sagas/", false, saga_part, "/admin/api/sagas/{id}", HTTPD_ADMIN_AUTH },
 };
 
 size_t admin_api_routes(const struct httpd_route **out)

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin_api.h"
+#include "admin_sagas.h"
 #include "app.h"
 #include "console.h"
 #include "db.h"
@@ -283,6 +285,14 @@ static const char apply_sql[] =
 	"SELECT * FROM saga_apply($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11,"
 	"                         $12::jsonb, $13::boolean, $14::int)";
 
+/* The same, for a cancellation: its reason is written in the same transaction. */
+static const char cancel_sql[] =
+	"WITH a AS (SELECT * FROM saga_apply($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11,"
+	"                                    $12::jsonb, $13::boolean, $14::int)),"
+	" c AS (INSERT INTO saga_cancellations (saga_id, reason)"
+	"       SELECT $2, $15 FROM a WHERE a.result = 'applied')"
+	"SELECT * FROM a";
+
 enum outcome { OUT_APPLIED, OUT_DUPLICATE, OUT_IGNORED, OUT_NOT_FOUND, OUT_DB_ERROR };
 
 /*
@@ -305,6 +315,9 @@ struct transition {
 	char payload[160];
 	void (*done)(struct transition *t, enum outcome o);
 	struct evhttp_request *req;  /* events only */
+	char *reason;                /* cancellations only (malloc'd) */
+	saga_apply_cb ext_done;      /* saga_transition_apply's caller */
+	void *ext_arg;
 };
 
 static void transition_send(struct transition *t);
@@ -374,7 +387,7 @@ static void transition_send(struct transition *t)
 			 t->cmd_id, t->saga_id);
 	}
 	snprintf(deadline_s, sizeof(deadline_s), "%lld", (long long)O.step_timeout_ms);
-	const char *params[14] = {
+	const char *params[15] = {
 		t->event_id[0] ? t->event_id : NULL,
 		t->saga_id,
 		saga_state_name(t->from),
@@ -389,8 +402,12 @@ static void transition_send(struct transition *t)
 		cmd_name ? t->payload : NULL,
 		t->step.command == SAGA_CMD_RESERVE ? "true" : "false",
 		outbox_lease_ms(O.app.outbox),
+		t->reason,
 	};
-	db_query(O.app.pool, apply_sql, 14, params, transition_applied, t);
+	if (t->reason)
+		db_query(O.app.pool, cancel_sql, 15, params, transition_applied, t);
+	else
+		db_query(O.app.pool, apply_sql, 14, params, transition_applied, t);
 }
 
 /* Decides what ev does to a saga in from/undo; false when it does nothing. */
@@ -441,7 +458,7 @@ static void post_event(struct evhttp_request *req, void *svc, const char *tail)
 	size_t len;
 	const char *body;
 
-	if (ev < 0 || ev == SAGA_STEP_TIMEOUT) {
+	if (ev < 0 || !saga_event_is_message((enum saga_event)ev)) {
 		httpd_error(req, 404, "unknown_type", "unknown event type");
 		return;
 	}
@@ -555,6 +572,47 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 	db_query(O.app.pool, overdue_sql, 1, params, overdue_found, NULL);
 }
 
+/* --- transitions the admin API asks for (admin_sagas.c) ----------------- */
+
+static void ext_done(struct transition *t, enum outcome o)
+{
+	static const enum saga_outcome map[] = {
+		[OUT_APPLIED] = SAGA_OUT_APPLIED,     [OUT_DUPLICATE] = SAGA_OUT_DUPLICATE,
+		[OUT_IGNORED] = SAGA_OUT_IGNORED,     [OUT_NOT_FOUND] = SAGA_OUT_NOT_FOUND,
+		[OUT_DB_ERROR] = SAGA_OUT_DB_ERROR,
+	};
+
+	t->ext_done(t->ext_arg, map[o], o == OUT_DB_ERROR ? &t->err : NULL);
+	free(t->reason);
+	free(t);
+}
+
+void saga_transition_apply(const char *saga_id, enum saga_state from, enum saga_undo undo,
+			   enum saga_event ev, const char *reason, saga_apply_cb done, void *arg)
+{
+	struct transition *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		abort();
+	t->ev = ev;
+	t->done = ext_done;
+	t->ext_done = done;
+	t->ext_arg = arg;
+	snprintf(t->saga_id, sizeof(t->saga_id), "%s", saga_id);
+	if (reason && !(t->reason = strdup(reason)))
+		abort();
+	if (!transition_decide(t, from, undo)) {
+		ext_done(t, OUT_IGNORED);
+		return;
+	}
+	transition_send(t);
+}
+
+struct app *orchestrator_app(void)
+{
+	return &O.app;
+}
+
 static void purge_done(void *arg, PGresult *res, const struct db_error *err)
 {
 	if (err->status == DB_SQL_ERROR)
@@ -601,6 +659,7 @@ static const struct app_spec spec = {
 	.nroutes = sizeof(routes) / sizeof(routes[0]),
 	.peers = peers,
 	.npeers = sizeof(peers) / sizeof(peers[0]),
+	.admin = &admin_sagas_spec,
 };
 
 int main(int argc, char **argv)

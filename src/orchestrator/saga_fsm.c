@@ -18,6 +18,7 @@ static const char *const event_names[SAGA_EVENT_COUNT] = {
 	[SAGA_INVENTORY_RESERVATION_FAILED] = "InventoryReservationFailed",
 	[SAGA_INVENTORY_RELEASED] = "InventoryReleased",
 	[SAGA_STEP_TIMEOUT] = "StepTimeout",
+	[SAGA_CANCELLED] = "Cancelled",
 };
 
 struct rule {
@@ -40,6 +41,10 @@ static const struct rule rules[] = {
 	{ SAGA_PENDING_INVENTORY, SAGA_UNDO_NONE, SAGA_INVENTORY_RESERVATION_FAILED,
 	  { SAGA_COMPENSATING, SAGA_UNDO_REFUND, SAGA_CMD_REFUND, false } },
 	{ SAGA_PENDING_INVENTORY, SAGA_UNDO_NONE, SAGA_STEP_TIMEOUT,
+	  { SAGA_COMPENSATING, SAGA_UNDO_RELEASE, SAGA_CMD_RELEASE, false } },
+	{ SAGA_PENDING_PAYMENT, SAGA_UNDO_NONE, SAGA_CANCELLED,
+	  { SAGA_COMPENSATING, SAGA_UNDO_REFUND, SAGA_CMD_REFUND, false } },
+	{ SAGA_PENDING_INVENTORY, SAGA_UNDO_NONE, SAGA_CANCELLED,
 	  { SAGA_COMPENSATING, SAGA_UNDO_RELEASE, SAGA_CMD_RELEASE, false } },
 	{ SAGA_COMPENSATING, SAGA_UNDO_RELEASE, SAGA_INVENTORY_RELEASED,
 	  { SAGA_COMPENSATING, SAGA_UNDO_REFUND, SAGA_CMD_REFUND, false } },
@@ -84,6 +89,11 @@ bool saga_expected(enum saga_event ev, enum saga_state *from, enum saga_undo *un
 		found++;
 	}
 	return found == 1;
+}
+
+bool saga_event_is_message(enum saga_event ev)
+{
+	return ev < SAGA_EVENT_COUNT && ev != SAGA_STEP_TIMEOUT && ev != SAGA_CANCELLED;
 }
 
 static int parse(const char *const *names, int n, const char *s)

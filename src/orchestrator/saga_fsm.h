@@ -8,6 +8,8 @@
  *   PendingInventory --InventoryReserved-->          Completed
  *   PendingInventory --InventoryReservationFailed--> Compensating      (refund)
  *   PendingInventory --StepTimeout-->                Compensating      (release)
+ *   PendingPayment   --Cancelled-->                  Compensating      (refund)
+ *   PendingInventory --Cancelled-->                  Compensating      (release)
  *   Compensating     --InventoryReleased-->          Compensating      (refund)
  *   Compensating     --PaymentRefunded-->            Compensated
  *
@@ -15,6 +17,11 @@
  * `compensation` column says which answer it waits for. A refund is sent
  * even when the payment may not have happened: the payment service then
  * leaves a voided row and declines the late PayCommand.
+ *
+ * Cancelled (an operator's POST /admin/api/sagas/{id}/cancel) compensates
+ * exactly as a step deadline does. A saga already compensating ignores it
+ * (saga_compensating: the compensation under way is the cancellation's), a
+ * finished one too (saga_finished).
  */
 #ifndef PGSAGA_SAGA_FSM_H
 #define PGSAGA_SAGA_FSM_H
@@ -39,6 +46,7 @@ enum saga_event {
 	SAGA_INVENTORY_RESERVATION_FAILED,
 	SAGA_INVENTORY_RELEASED,
 	SAGA_STEP_TIMEOUT,
+	SAGA_CANCELLED,
 	SAGA_EVENT_COUNT
 };
 
@@ -69,11 +77,15 @@ bool saga_next(enum saga_state from, enum saga_undo undo, enum saga_event ev,
 
 /*
  * The one state (and awaited undo) in which event ev does something. Every
- * event but StepTimeout has exactly one, which lets the orchestrator send
- * its decision along with the read, in one round trip. Returns false for
- * StepTimeout.
+ * event that arrives as a message has exactly one, which lets the
+ * orchestrator send its decision along with the read, in one round trip.
+ * Returns false for StepTimeout and Cancelled.
  */
 bool saga_expected(enum saga_event ev, enum saga_state *from, enum saga_undo *undo);
+
+/* True for the events peers send (POST /events/{type}); false for
+ * StepTimeout and Cancelled, which the orchestrator makes itself. */
+bool saga_event_is_message(enum saga_event ev);
 
 /* Names as in the database and the API; parse returns -1 for unknown. */
 const char *saga_state_name(enum saga_state s);

@@ -5,6 +5,7 @@
  */
 #include <stdio.h>
 
+#include "admin_api.h"
 #include "app.h"
 #include "command.h"
 #include "jsonx.h"
@@ -54,6 +55,16 @@ static const struct envcfg_var vars[] = {
 	  1000000000000000LL, "balance (minor units) of an account the first time it pays" },
 };
 
+/* The admin API's part of a saga here: its messages and its payment row. */
+static const struct admin_spec admin = {
+	.saga_row = "payment",
+	.saga_row_sql =
+		"SELECT json_build_object('messages', admin_messages($1, $2, $3::uuid[]),"
+		" 'payment', (SELECT json_build_object('status', r.status, 'customerId', r.customer_id, 'amount', r.amount, 'reason', r.reason,"
+		"                'createdAt', rfc3339(r.created_at), 'updatedAt', rfc3339(r.updated_at))"
+		"           FROM payments r WHERE r.saga_id = $1))::text",
+};
+
 static const struct app_peer_spec peers[] = {
 	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
 };
@@ -72,6 +83,7 @@ int main(int argc, char **argv)
 		.nroutes = sizeof(routes) / sizeof(routes[0]),
 		.peers = peers,
 		.npeers = sizeof(peers) / sizeof(peers[0]),
+		.admin = &admin,
 		.faults = true,
 	};
 	bool done;

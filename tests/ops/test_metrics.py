@@ -107,7 +107,9 @@ def documented_metrics():
 
 def main():
     need_tool("promtool", "prometheus")
-    with System("metrics") as sy:
+    # ADMIN_TOKEN: the admin API's metrics are exposed only while it is on
+    admin = {"ADMIN_TOKEN": "metrics-admin-token-0123456789"}
+    with System("metrics", env={s: admin for s in ("orchestrator", "payment", "inventory")}) as sy:
         sy.psql("INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 1000)")
         before = {s: scrape(sy, s, "idle") for s in SERVICES}
 

@@ -220,6 +220,9 @@ ADMIN_TOKEN = "openapi-admin-token-0123456789"
 ADMIN = {"Authorization": "Bearer " + ADMIN_TOKEN}
 
 
+sy_state = {}
+
+
 def admin_calls(o, port_of, tok):
     """The admin API and sign-in, while every service is up."""
     call("orchestrator", o, "GET", "/admin/session", expect=401)
@@ -236,6 +239,64 @@ def admin_calls(o, port_of, tok):
         call(s, port, "GET", "/admin/api/deliveries", headers=ADMIN, expect=200)
         call(s, port, "GET", "/admin/api/deliveries", headers=tok, expect=401)
     call("orchestrator", o, "GET", "/admin/api/deliveries", headers=cookie, expect=200)
+
+    # sagas: the list, one saga, cancel
+    call("orchestrator", o, "GET", "/admin/api/sagas", headers=ADMIN, expect=200)
+    r = call("orchestrator", o, "GET", "/admin/api/sagas?limit=1&state=Completed,Failed"
+             "&since=2020-01-01T00:00:00Z", headers=ADMIN, expect=200)
+    nxt = r.json().get("next") if r.status == 200 else None
+    checks.ok(nxt is not None, "a first page of one has a next cursor: %r" % r)
+    call("orchestrator", o, "GET", "/admin/api/sagas?limit=5&cursor=%s" % nxt, headers=ADMIN,
+         expect=200)
+    call("orchestrator", o, "GET", "/admin/api/sagas?limit=0", headers=ADMIN, expect=400)
+    call("orchestrator", o, "GET", "/admin/api/sagas", expect=401)
+    some = sy_state["completed"]
+    r = call("orchestrator", o, "GET", "/admin/api/sagas/" + some, headers=ADMIN, expect=200)
+    checks.ok(r.status == 200 and r.json().get("unavailable") == [], "all three answered: %r" % r)
+    call("orchestrator", o, "GET", "/admin/api/sagas/nope", headers=ADMIN, expect=400)
+    call("orchestrator", o, "GET", "/admin/api/sagas/" + new_id(), headers=ADMIN, expect=404)
+    call("orchestrator", o, "GET", "/admin/api/sagas/" + some, headers=tok, expect=401)
+    cancel = "/admin/api/sagas/%s/cancel"
+    call("orchestrator", o, "POST", cancel % some, {"reason": "test"}, ADMIN, expect=409)
+    call("orchestrator", o, "POST", cancel % new_id(), {"reason": "test"}, ADMIN, expect=404)
+    call("orchestrator", o, "POST", cancel % some, {"reason": ""}, ADMIN, expect=400)
+    call("orchestrator", o, "POST", cancel % some, "{", ADMIN, expect=400)
+    call("orchestrator", o, "POST", cancel % "nope", {"reason": "x"}, ADMIN, expect=400)
+    call("orchestrator", o, "GET", "/admin/api/sagas?stuckSeconds=0", headers=ADMIN, expect=200)
+    call("orchestrator", o, "POST", cancel % some, {"reason": "x"}, cookie, expect=403)
+    call("orchestrator", o, "POST", cancel % some, {"reason": "x"}, expect=401)
+    # a saga waiting for payment (failing on purpose) is cancelled
+    call("payment", port_of["payment"], "POST", "/admin/faults", {"failRate": 1}, tok, expect=200)
+    r = call("orchestrator", o, "POST", "/orders",
+             {"customerId": "c-5", "itemId": "A001", "qty": 1, "amount": 10},
+             {"Idempotency-Key": "oa-cancel"}, expect=201)
+    sid = r.json().get("sagaId") if r.status == 201 else new_id()
+    r = call("orchestrator", o, "POST", cancel % sid, {"reason": "customer called"},
+             dict(cookie, **{"X-Pgsaga-Csrf": csrf}), expect=200)
+    checks.ok(r.status == 200 and r.json().get("cancelled") is True, "cancelled: %r" % r)
+    call("payment", port_of["payment"], "POST", "/admin/faults", {"failRate": 0}, tok,
+         expect=200)
+
+    # dead letters
+    for s, port in port_of.items():
+        call(s, port, "GET", "/admin/api/dead-letters", headers=ADMIN, expect=200)
+        call(s, port, "POST", "/admin/api/dead-letters/retry",
+             {"service": s, "messageIds": [new_id()]}, ADMIN, expect=200)
+    call("orchestrator", o, "GET", "/admin/api/dead-letters?service=payment&type=PayCommand",
+         headers=ADMIN, expect=200)
+    call("orchestrator", o, "GET", "/admin/api/dead-letters?service=billing", headers=ADMIN,
+         expect=400)
+    call("orchestrator", o, "GET", "/admin/api/dead-letters", expect=401)
+    call("orchestrator", o, "POST", "/admin/api/dead-letters/retry",
+         {"service": "payment", "all": True}, ADMIN, expect=200)
+    call("orchestrator", o, "POST", "/admin/api/dead-letters/retry",
+         {"service": "billing", "all": True}, ADMIN, expect=400)
+    call("orchestrator", o, "POST", "/admin/api/dead-letters/retry", "[]", ADMIN, expect=400)
+    call("orchestrator", o, "POST", "/admin/api/dead-letters/retry",
+         {"service": "orchestrator", "all": True}, cookie, expect=403)
+    call("orchestrator", o, "POST", "/admin/api/dead-letters/retry",
+         {"service": "orchestrator", "all": True}, expect=401)
+
     call("orchestrator", o, "POST", "/admin/session/logout",
          headers=dict(cookie, **{"X-Pgsaga-Csrf": csrf}), expect=200)
     return cookie
@@ -244,6 +305,14 @@ def admin_calls(o, port_of, tok):
 def admin_calls_db_down(port_of):
     for s, port in port_of.items():
         call(s, port, "GET", "/admin/api/deliveries", headers=ADMIN, expect=503)
+        call(s, port, "GET", "/admin/api/dead-letters", headers=ADMIN, expect=503)
+        call(s, port, "POST", "/admin/api/dead-letters/retry", {"service": s, "all": True},
+             ADMIN, expect=503)
+    o = port_of["orchestrator"]
+    call("orchestrator", o, "GET", "/admin/api/sagas", headers=ADMIN, expect=503)
+    call("orchestrator", o, "GET", "/admin/api/sagas/" + new_id(), headers=ADMIN, expect=503)
+    call("orchestrator", o, "POST", "/admin/api/sagas/%s/cancel" % new_id(), {"reason": "x"},
+         ADMIN, expect=503)
 
 
 def admin_rate_limit(o):
@@ -254,6 +323,13 @@ def admin_rate_limit(o):
             break
     call("orchestrator", o, "POST", "/admin/session", {"token": ADMIN_TOKEN}, expect=429)
     call("orchestrator", o, "GET", "/admin/api/deliveries", headers=ADMIN, expect=429)
+    call("orchestrator", o, "GET", "/admin/api/sagas", headers=ADMIN, expect=429)
+    call("orchestrator", o, "GET", "/admin/api/sagas/" + new_id(), headers=ADMIN, expect=429)
+    call("orchestrator", o, "POST", "/admin/api/sagas/%s/cancel" % new_id(), {"reason": "x"},
+         ADMIN, expect=429)
+    call("orchestrator", o, "GET", "/admin/api/dead-letters", headers=ADMIN, expect=429)
+    call("orchestrator", o, "POST", "/admin/api/dead-letters/retry",
+         {"service": "orchestrator", "all": True}, ADMIN, expect=429)
 
 
 def too_large(path, token=None):
@@ -416,6 +492,7 @@ def main():
         call("orchestrator", o, "GET", "/orders/" + new_id(), expect=404)
 
         # --- the admin API
+        sy_state["completed"] = s1 or new_id()
         admin_calls(o, port_of, tok)
 
         # --- the container health check follows /readyz

@@ -76,7 +76,7 @@ START_TEST(fsm_timeout_compensates_in_reverse)
 END_TEST
 
 /*
- * Every (state, undo, event): terminal states accept nothing, exactly eight
+ * Every (state, undo, event): terminal states accept nothing, exactly ten
  * transitions exist, every command goes to the right service, and a state
  * with a deadline is one a StepTimeout can leave.
  */
@@ -112,11 +112,11 @@ START_TEST(fsm_exhaustive)
 					ck_assert_ptr_nonnull(saga_command_name(s.command));
 				}
 			}
-	ck_assert_int_eq(accepted, 8);
+	ck_assert_int_eq(accepted, 10);
 }
 END_TEST
 
-/* Every event but StepTimeout acts in exactly one state. */
+/* Every event that comes as a message acts in exactly one state. */
 START_TEST(fsm_expected_state_is_unique)
 {
 	for (int ev = 0; ev < SAGA_EVENT_COUNT; ev++) {
@@ -125,7 +125,7 @@ START_TEST(fsm_expected_state_is_unique)
 		struct saga_step s;
 		const char *why;
 
-		if (ev == SAGA_STEP_TIMEOUT) {
+		if (!saga_event_is_message(ev)) {
 			ck_assert(!saga_expected(ev, &from, &undo));
 			continue;
 		}
@@ -141,6 +141,55 @@ START_TEST(fsm_expected_state_is_unique)
 	ck_assert(saga_expected(SAGA_INVENTORY_RELEASED, &from, &undo));
 	ck_assert_int_eq(from, SAGA_COMPENSATING);
 	ck_assert_int_eq(undo, SAGA_UNDO_RELEASE);
+}
+END_TEST
+
+/*
+ * Cancel, in every state: the two pending states compensate exactly as on a
+ * step deadline; a compensating saga ignores it (its compensation is under
+ * way: cancelling twice is one cancellation); a finished one refuses it.
+ */
+START_TEST(fsm_cancel_in_every_state)
+{
+	for (int st = 0; st < SAGA_STATE_COUNT; st++)
+		for (int u = SAGA_UNDO_NONE; u <= SAGA_UNDO_REFUND; u++) {
+			struct saga_step c, t;
+			const char *why = NULL, *why_t = NULL;
+			bool ok = saga_next(st, u, SAGA_CANCELLED, &c, &why);
+			bool ok_t = saga_next(st, u, SAGA_STEP_TIMEOUT, &t, &why_t);
+
+			ck_assert_int_eq(ok, ok_t);
+			if (ok) {
+				ck_assert_int_eq(u, SAGA_UNDO_NONE);
+				ck_assert(st == SAGA_PENDING_PAYMENT || st == SAGA_PENDING_INVENTORY);
+				ck_assert_int_eq(c.to, t.to);
+				ck_assert_int_eq(c.undo, t.undo);
+				ck_assert_int_eq(c.command, t.command);
+				ck_assert_int_eq(c.deadline, t.deadline);
+				/* once cancelled, a second cancel changes nothing */
+				ck_assert(!saga_next(c.to, c.undo, SAGA_CANCELLED, &t, &why));
+				ck_assert_str_eq(why, "saga_compensating");
+				continue;
+			}
+			if (st == SAGA_COMPLETED || st == SAGA_FAILED || st == SAGA_COMPENSATED)
+				ck_assert_str_eq(why, "saga_finished");
+			else if (st == SAGA_COMPENSATING)
+				ck_assert_str_eq(why, "saga_compensating");
+			else
+				ck_assert_str_eq(why, "unexpected_in_state"); /* an undo pending: impossible */
+		}
+	struct saga_step c;
+	const char *why;
+
+	ck_assert(saga_next(SAGA_PENDING_PAYMENT, SAGA_UNDO_NONE, SAGA_CANCELLED, &c, &why));
+	ck_assert_int_eq(c.to, SAGA_COMPENSATING);
+	ck_assert_int_eq(c.command, SAGA_CMD_REFUND);
+	ck_assert(saga_next(SAGA_PENDING_INVENTORY, SAGA_UNDO_NONE, SAGA_CANCELLED, &c, &why));
+	ck_assert_int_eq(c.undo, SAGA_UNDO_RELEASE);
+	ck_assert_int_eq(c.command, SAGA_CMD_RELEASE);
+	ck_assert(!saga_event_is_message(SAGA_CANCELLED));
+	ck_assert(!saga_event_is_message(SAGA_STEP_TIMEOUT));
+	ck_assert(saga_event_is_message(SAGA_PAYMENT_REFUNDED));
 }
 END_TEST
 
@@ -172,6 +221,7 @@ Suite *fsm_suite(void)
 	tcase_add_test(tc, fsm_timeout_compensates_in_reverse);
 	tcase_add_test(tc, fsm_exhaustive);
 	tcase_add_test(tc, fsm_expected_state_is_unique);
+	tcase_add_test(tc, fsm_cancel_in_every_state);
 	tcase_add_test(tc, fsm_names_round_trip);
 	suite_add_tcase(s, tc);
 	return s;
