@@ -4,14 +4,25 @@ PostgreSQL, as an operator would use it.
 
 Data: completed sagas, a declined payment (Failed), one without stock
 (Compensated), dead letters (payment fails every command for a while and
-the orchestrator gives up after 3 attempts), and values that hold
-markup: a customerId and an error text of the form <img src=x onerror=...>.
+the orchestrator gives up after 3 attempts; their sagas wait in
+PendingPayment, one of them made to look stuck for 10 minutes), a dead
+letter refused with 404 by the orchestrator, and values that hold markup:
+a customerId and an error text of the form <img src=x onerror=...>.
 
 Then, in the browser: sign in (a wrong token first) with the keyboard
 alone; the keyboard reaches every section with a visible focus; the
-delivery health per service and destination matches the outbox tables;
-sign out. Throughout: no uncaught exception, no console error, no CSP
-violation, no JavaScript dialog (the markup probes would open one).
+delivery health per service and peer matches the outbox tables; the saga
+list's counts match the table, a state chip filters, a customer filter
+finds the compensated saga, pages of 4 walk forward and back; that saga's
+timeline shows exactly its saga_history (forward and compensation told
+apart), its payment and reservation, its raw JSON, and survives a reload
+of its deep link; the stuck saga is found with "stuck for more than 5
+minutes", cancelled with a reason after a confirmation, and the page
+(auto-refresh on) shows it reach Compensated with cause Cancelled; in the
+dead letters, one is retried alone and the rest of its group together
+(the confirmation says how many), the group empties and its sagas
+complete; sign out. Throughout: no uncaught exception, no console error,
+no CSP violation, no JavaScript dialog (the markup probes would open one).
 
 Screenshots of each page at 1280 and 390 px wide are kept in
 <build>/tests/browser-artefacts/ for a person to look at.
@@ -22,6 +33,7 @@ import os
 import sys
 import time
 
+sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "ops"))
 sys.path.insert(0, HERE)
@@ -30,6 +42,11 @@ import cdp  # noqa: E402
 
 ADMIN_TOKEN = "browser-console-admin-token-%d" % os.getpid()
 XSS = "<img src=x onerror=alert(1)>"
+XSS_ERR = "<img src=x onerror=alert(2)>"
+GHOST_MSG = "00000000-0000-4000-8000-00000000dead"
+GHOST_SAGA = "00000000-0000-4000-8000-000000000404"
+STATES = ("PendingPayment", "PendingInventory", "Compensating", "Completed", "Failed",
+          "Compensated")
 WIDTHS = (1280, 390)
 ARTEFACTS = os.path.join(opslib.BUILD, "tests", "browser-artefacts")
 
@@ -73,7 +90,20 @@ def make_data(s):
                       "3", 60):
         opslib.die("no dead letters")
     faults(s, 0.0)
-    # Markup where an operator reads it: a customer id and an error text.
+    # One of them looks stuck: nothing happened to it for 10 minutes.
+    s.psql("UPDATE orchestrator.saga_instances SET updated_at = now() - interval '10 minutes' "
+           "WHERE customer_id = 'dl-1'")
+    # A dead letter of another service, refused at once: an event for a
+    # saga that does not exist (404), its error text holding markup.
+    s.psql("INSERT INTO payment.outbox_messages (message_id, kind, destination, type, payload) "
+           "VALUES ('%s', 'event', 'orchestrator', 'PaymentSucceeded', "
+           "'{\"eventId\": \"%s\", \"sagaId\": \"%s\"}')" % (GHOST_MSG, GHOST_MSG, GHOST_SAGA))
+    if not s.wait_sql("SELECT count(*) FROM payment.outbox_messages WHERE dead_at IS NOT NULL",
+                      "1", 60):
+        opslib.die("the 404 did not make a dead letter")
+    s.psql("UPDATE payment.outbox_messages SET last_error = last_error || ' %s' "
+           "WHERE message_id = '%s'" % (XSS_ERR, GHOST_MSG))
+    # Markup where an operator reads it: a customer id.
     s.psql("UPDATE orchestrator.saga_instances SET customer_id = '%s' WHERE saga_id = "
            "(SELECT saga_id FROM orchestrator.saga_instances WHERE state = 'Completed' "
            "ORDER BY created_at LIMIT 1)" % XSS)
@@ -86,11 +116,17 @@ def no_markup_ran(p, where):
     c.ok(not p.dialogs, "%s: no JavaScript dialog opened: %r" % (where, p.dialogs))
 
 
-def shots(p, name):
+def shots(p, name, full=True):
+    """The page at each width (the whole page, or what the screen shows:
+    a modal dialog covers the screen only)."""
+    if full:  # no passing toast or focus ring over the picture
+        p.eval("document.getElementById('toast').classList.remove('show');"
+               "document.activeElement && document.activeElement.blur()")
     for w in WIDTHS:
         p.viewport(w)
-        p.settle(0.3)
-        p.screenshot(name)
+        p.eval("window.scrollTo(0, 0)")
+        p.settle(0.4)
+        p.screenshot(name, full)
         # Nothing wider than the screen: the page must not scroll sideways.
         over = p.eval("document.documentElement.scrollWidth - window.innerWidth")
         c.ok(over <= 0, "%s at %d px: the page is %d px wider than the screen" % (name, w, over))
@@ -161,8 +197,9 @@ def deliveries(p, s):
         return {service: r.dataset.service, destination: r.dataset.destination, pending: t[2],
                 leased: t[3], dead: t[4], breaker: t[6]};})""")
     got = {(r["service"], r["destination"]): r for r in rows}
-    want = [("orchestrator", "payment"), ("orchestrator", "inventory")]
-    c.ok(set(want) <= set(got), "a row per peer of the orchestrator: %r" % sorted(got))
+    want = [("orchestrator", "payment"), ("orchestrator", "inventory"),
+            ("payment", "orchestrator"), ("inventory", "orchestrator")]
+    c.ok(sorted(got) == sorted(want), "one row per service and peer: %r" % sorted(got))
     for svc, dest in sorted(got):
         dead = s.scalar("SELECT count(*) FROM %s.outbox_messages WHERE destination = '%s' "
                         "AND dead_at IS NOT NULL" % (svc, dest))
@@ -172,6 +209,217 @@ def deliveries(p, s):
         c.ok(got[(svc, dest)]["breaker"] in ("closed", "open", "half-open"),
              "%s -> %s: a breaker state: %r" % (svc, dest, got[(svc, dest)]["breaker"]))
     shots(p, "deliveries")
+
+
+def table_ids(p):
+    return p.eval("Array.from(document.querySelectorAll('#saga-table tbody tr'))"
+                  ".map(function(r){return r.dataset.sagaId;})")
+
+
+def wait_list(p, hash_):
+    """Opens the saga list at hash_ and waits for its rows (or its empty
+    notice) to be drawn for exactly that address."""
+    p.eval("location.hash = %s" % json.dumps(hash_))
+    p.wait_js("location.hash === %s && !!document.querySelector('#page-sagas .pager .muted, "
+              "#page-sagas .empty')" % json.dumps(hash_), what="the list at " + hash_)
+
+
+def saga_list(p, s, ctx):
+    wait_list(p, "#/sagas")
+    counts = p.eval("""(function(){var o={};document.querySelectorAll('.chip').forEach(function(c){
+        o[c.dataset.state]=c.querySelector('.count').textContent;});return o;})()""")
+    db = dict(s.psql("SELECT state, count(*) FROM orchestrator.saga_instances GROUP BY state"))
+    for st in STATES:
+        c.ok(counts.get(st) == db.get(st, "0"), "chip %s shows %r, the table holds %r"
+             % (st, counts.get(st), db.get(st, "0")))
+    total = s.scalar("SELECT count(*) FROM orchestrator.saga_instances")
+    c.ok(counts.get("all") == total, "chip All shows %r of %s" % (counts.get("all"), total))
+    ids = table_ids(p)
+    newest = s.psql("SELECT saga_id FROM orchestrator.saga_instances "
+                    "ORDER BY created_at DESC, saga_id DESC")
+    c.ok(ids == [r[0] for r in newest], "the list is every saga, newest first")
+    # The markup in a customer id is shown as its characters.
+    cust = p.texts("#saga-table td.cust")
+    c.ok(XSS in cust, "the customer id %r is shown as text: %r" % (XSS, cust[-3:]))
+    shots(p, "sagas")
+
+    # A state chip filters.
+    p.click('a.chip[data-state="Compensated"]')
+    p.wait_js("location.hash.indexOf('state=Compensated') >= 0 && "
+              "document.querySelector('a.chip[data-state=Compensated]').getAttribute('aria-current') === 'true'"
+              " && Array.from(document.querySelectorAll('#saga-table .badge')).every("
+              "function(b){return b.textContent === 'Compensated';})", what="the Compensated chip")
+    c.ok(len(table_ids(p)) == int(db.get("Compensated", "0")), "the chip keeps the Compensated sagas")
+
+    # The customer filter finds the compensated saga of c-9.
+    wait_list(p, "#/sagas")
+    p.type_into("#f-customerId", "c-9")
+    p.press("Enter")
+    p.wait_js("location.hash.indexOf('customerId=c-9') >= 0 && "
+              "document.querySelectorAll('#saga-table tbody tr').length === 1", what="c-9's saga")
+    ids = table_ids(p)
+    want = s.scalar("SELECT saga_id FROM orchestrator.saga_instances WHERE customer_id = 'c-9'")
+    c.ok(ids == [want], "the customer filter finds c-9's saga: %r" % ids)
+    ctx["compensated"] = want
+
+    # Pages of 4, newest first, forward and back.
+    wait_list(p, "#/sagas?limit=4")
+    pages = [table_ids(p)]
+    while p.exists("#page-next") and len(pages) < 10:
+        p.click("#page-next")
+        p.wait_js("document.querySelector('.pager .muted').textContent.indexOf('Page %d ') === 0"
+                  % (len(pages) + 1), what="page %d" % (len(pages) + 1))
+        pages.append(table_ids(p))
+    flat = [i for pg in pages for i in pg]
+    c.ok(flat == [r[0] for r in newest], "pages of 4 hold every saga once, newest first: %d pages"
+         % len(pages))
+    c.ok(all(len(pg) == 4 for pg in pages[:-1]), "each page but the last holds 4")
+    p.click("#page-prev")
+    p.wait_js("document.querySelector('.pager .muted').textContent.indexOf('Page %d ') === 0"
+              % (len(pages) - 1), what="the page before")
+    c.ok(table_ids(p) == pages[-2], "Newer goes back one page")
+
+
+def saga_page(p, s, ctx, base):
+    sid = ctx["compensated"]
+    wait_list(p, "#/sagas?customerId=c-9")
+    p.click('#saga-table tr[data-saga-id="%s"] a' % sid)
+    p.wait_js("location.hash === '#/sagas/%s' && document.querySelectorAll('#timeline .step').length > 0" % sid,
+              what="the timeline")
+    check_timeline(p, s, sid, "Compensated")
+    c.ok(p.text("#page-saga .saga-id") == sid, "the page names the saga")
+    c.ok(not p.exists("#cancel-saga"), "a finished saga offers no Cancel")
+    kv = p.eval("""(function(){var o={};document.querySelectorAll('.side .card').forEach(function(card){
+        var t={};card.querySelectorAll('tr').forEach(function(r){t[r.querySelector('th').textContent]=r.querySelector('td').textContent;});
+        o[card.querySelector('h2').textContent]=t;});return o;})()""")
+    pay = kv.get("Payment", {})
+    res = kv.get("Reservation", {})
+    c.ok(pay.get("status") == s.scalar("SELECT status FROM payment.payments WHERE saga_id = '%s'" % sid),
+         "the payment row is shown: %r" % pay)
+    c.ok(res.get("status") == s.scalar("SELECT status FROM inventory.reservations WHERE saga_id = '%s'" % sid),
+         "the reservation row is shown: %r" % res)
+    types = p.texts("#timeline .msg .type")
+    for t in ("PayCommand", "PaymentSucceeded", "ReserveInventoryCommand",
+              "InventoryReservationFailed", "RefundPaymentCommand", "PaymentRefunded"):
+        c.ok(t in types, "the timeline shows the message %s" % t)
+    shots(p, "saga")
+    p.click("details.raw summary")
+    raw = json.loads(p.text("#raw-json"))
+    c.ok(raw.get("sagaId") == sid and raw.get("state") == "Compensated", "the raw JSON is the saga")
+    # The deep link works on its own, in a new page load.
+    p.goto(base + "#/sagas/" + sid)
+    p.wait_js("document.querySelectorAll('#timeline .step').length > 0", what="the deep link")
+    c.ok(p.text("#page-saga .saga-id") == sid, "the deep link opens the saga")
+
+
+def check_timeline(p, s, sid, state):
+    """The steps drawn are saga_history's rows, in order, each told apart
+    as forward or compensation."""
+    shown = p.eval("""Array.from(document.querySelectorAll('#timeline .step')).map(function(li){
+        var f = li.querySelector('.step-from');
+        return [li.dataset.version, f.classList.contains('none') ? '' : f.textContent,
+                li.querySelector('.step-to').textContent, li.querySelector('.step-cause').textContent,
+                li.dataset.kind];})""")
+    hist = s.psql("SELECT version, coalesce(from_state, ''), to_state, cause FROM "
+                  "orchestrator.saga_history WHERE saga_id = '%s' ORDER BY version" % sid)
+    c.ok([r[:4] for r in shown] == hist, "the timeline of %s is its saga_history:\n%r\n%r"
+         % (sid, shown, hist))
+    for v, _, to, cause, kind in shown:
+        comp = to in ("Compensating", "Compensated") or cause in ("Cancelled", "StepTimeout")
+        c.ok((kind == "compensation") == comp, "v%s (%s, %s) is drawn as %s" % (v, to, cause, kind))
+    c.ok(p.text("#page-saga .page-head .badge") == state, "the saga is shown %s" % state)
+
+
+def cancel(p, s, ctx):
+    wait_list(p, "#/sagas")
+    p.type_into("#f-stuck", "5")
+    p.press("Enter")
+    p.wait_js("location.hash.indexOf('stuck=5') >= 0 && "
+              "document.querySelectorAll('#saga-table tbody tr').length === 1", what="the stuck saga")
+    sid = s.scalar("SELECT saga_id FROM orchestrator.saga_instances WHERE customer_id = 'dl-1'")
+    c.ok(table_ids(p) == [sid], "stuck for more than 5 minutes finds the one stuck saga")
+    p.click('#saga-table tr[data-saga-id="%s"] a' % sid)
+    p.wait_for("#cancel-saga")
+    p.click("#cancel-saga")
+    p.wait_for("dialog[open] #dlg-field")
+    shots(p, "cancel-dialog", full=False)
+    # Nothing happens without a reason, nor on "Keep saga".
+    p.click("dialog[open] button[type=submit]")
+    c.ok(p.text("dialog[open] .dlg-error") == "Please give a reason.", "a reason is required")
+    p.press("Escape")
+    p.wait_js("!document.querySelector('dialog[open]')", what="the dialog to close")
+    c.ok(s.scalar("SELECT state FROM orchestrator.saga_instances WHERE saga_id = '%s'" % sid)
+         == "PendingPayment", "Escape cancels nothing")
+    p.click("#cancel-saga")
+    p.wait_for("dialog[open] #dlg-field")
+    p.type_into("#dlg-field", "customer called: <b>stop</b>")
+    p.click("dialog[open] button[type=submit]")
+    # The page follows by itself: auto-refresh on.
+    p.click("label.switch")
+    c.ok(p.eval("document.getElementById('autorefresh').checked"), "auto-refresh switches on")
+    p.wait_js("document.querySelector('#page-saga .page-head .badge').textContent === 'Compensated'",
+              timeout=60, what="the cancelled saga to reach Compensated on screen")
+    c.ok(s.scalar("SELECT state FROM orchestrator.saga_instances WHERE saga_id = '%s'" % sid)
+         == "Compensated", "the cancelled saga is Compensated in the table")
+    c.ok(s.scalar("SELECT count(*) FROM orchestrator.saga_history WHERE saga_id = '%s' "
+                  "AND cause = 'Cancelled'" % sid) == "1", "saga_history has one Cancelled")
+    check_timeline(p, s, sid, "Compensated")
+    c.ok("<b>stop</b>" in (p.text("#cancellation") or ""), "the reason is shown, as text")
+    p.click("label.switch")
+    c.ok(not p.eval("document.getElementById('autorefresh').checked"), "auto-refresh switches off")
+    shots(p, "saga-cancelled")
+    ctx["cancelled"] = sid
+
+
+def group_count(p, service, type_):
+    return p.eval("(function(){var g=document.querySelector('.group[data-service=%s][data-type=%s]');"
+                  "return g ? Number(g.dataset.count) : 0;})()" % (service, type_))
+
+
+def dead_letters(p, s, ctx):
+    p.eval("location.hash = '#/dead-letters'")
+    p.wait_for(".group[data-service=orchestrator][data-type=PayCommand]")
+    c.ok(group_count(p, "orchestrator", "PayCommand") == 3, "3 PayCommands in one group")
+    c.ok(group_count(p, "payment", "PaymentSucceeded") == 1, "the payment service's 404 is listed")
+    errs = p.texts(".group[data-service=payment] pre.err")
+    c.ok(any(XSS_ERR in e for e in errs), "the error text %r is shown as text: %r" % (XSS_ERR, errs))
+    sel = ".group[data-service=orchestrator][data-type=PayCommand]"
+    p.click(sel + " .group-toggle")
+    p.wait_for(sel + " tbody tr")
+    shots(p, "dead-letters")
+    # One message alone.
+    one = p.eval("document.querySelector('%s tbody tr').dataset.messageId" % sel)
+    p.click('%s tr[data-message-id="%s"] .retry-one' % (sel, one))
+    p.wait_for("dialog[open]")
+    c.ok(p.text("dialog[open] h2") == "Retry 1 dead letter?", "the confirmation says 1: %r"
+         % p.text("dialog[open] h2"))
+    p.click("dialog[open] button[type=submit]")
+    p.wait_js("document.querySelectorAll('%s tbody tr').length === 2" % sel, what="2 left")
+    # A selection: pick one, then change one's mind.
+    p.click(sel + " tbody tr input[type=checkbox]")
+    c.ok(p.text(sel + " .retry-selected") == "Retry selected (1)", "the selection is counted")
+    p.click(sel + " tbody tr input[type=checkbox]")
+    c.ok(p.text(sel + " .retry-selected") == "Retry selected (0)", "and uncounted")
+    # The rest of the group.
+    p.click(sel + " .retry-group")
+    p.wait_for("dialog[open]")
+    c.ok(p.text("dialog[open] h2") == "Retry 2 dead letters?", "the confirmation says 2: %r"
+         % p.text("dialog[open] h2"))
+    shots(p, "retry-dialog", full=False)
+    p.click("dialog[open] button[type=submit]")
+    p.wait_js("!document.querySelector('%s')" % sel, timeout=30, what="the group to go")
+    c.ok(s.scalar("SELECT count(*) FROM orchestrator.outbox_messages WHERE dead_at IS NOT NULL") == "0",
+         "no dead letter left in the orchestrator")
+    c.ok(group_count(p, "payment", "PaymentSucceeded") == 1, "the other group stays")
+    # Delivered again: the sagas not cancelled complete; the cancelled
+    # one's late payment is declined (voided) and it stays Compensated.
+    c.ok(s.wait_sql("SELECT count(*) FROM orchestrator.saga_instances WHERE customer_id IN "
+                    "('dl-0', 'dl-2') AND state = 'Completed'", "2", 60),
+         "the retried sagas complete")
+    c.ok(s.wait_sql("SELECT status FROM payment.payments WHERE saga_id = '%s'" % ctx["cancelled"],
+                    "voided", 30), "the cancelled saga's late payment is voided")
+    c.ok(s.scalar("SELECT state FROM orchestrator.saga_instances WHERE saga_id = '%s'"
+                  % ctx["cancelled"]) == "Compensated", "the cancelled saga stays Compensated")
 
 
 def sign_out(p, base):
@@ -207,9 +455,14 @@ def main():
         with cdp.Browser(ARTEFACTS) as b:
             p = b.page()
             p.allowed.append(expected_log)
+            ctx = {}
             steps = [("sign in", lambda: sign_in(p, base)),
                      ("keyboard", lambda: keyboard(p, base)),
                      ("deliveries", lambda: deliveries(p, s)),
+                     ("saga list", lambda: saga_list(p, s, ctx)),
+                     ("saga page", lambda: saga_page(p, s, ctx, base)),
+                     ("cancel", lambda: cancel(p, s, ctx)),
+                     ("dead letters", lambda: dead_letters(p, s, ctx)),
                      ("sign out", lambda: sign_out(p, base))]
             for name, step in steps:
                 try:

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 
+sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
 import opslib  # noqa: E402
 

@@ -15,6 +15,7 @@
     'Completed', 'Failed', 'Compensated'];
   const TERMINAL = new Set(['Completed', 'Failed', 'Compensated']);
   const SERVICES = ['orchestrator', 'payment', 'inventory'];
+  const FAILURES = 'Failed,Compensated'; // the list filter takes several states
   const REFRESH_MS = 5000;
   // Which step of the saga a message belongs to, by its type.
   const STEP_OF_TYPE = {
@@ -219,7 +220,7 @@
       const errorLine = el('p.dlg-error', { role: 'alert' });
       const cancelBtn = el('button.btn', { type: 'button', value: 'cancel' }, opts.cancelLabel || 'Cancel');
       const okBtn = el('button.btn', { type: 'submit', class: opts.danger ? 'danger' : 'primary' }, opts.okLabel);
-      const form = el('form.dlg-form', { method: 'dialog' },
+      const form = el('form.dlg-form', { method: 'dialog', novalidate: true },
         el('h2', { id: 'dlg-title' }, opts.title),
         opts.body ? el('p.dlg-body', null, opts.body) : null,
         field ? el('label.field', { for: 'dlg-field' }, opts.field.label) : null,
@@ -429,11 +430,14 @@
     function renderChips(counts) {
       const total = Object.values(counts || {}).reduce((a, b) => a + (Number(b) || 0), 0);
       const chip = (value, label, n) => el('a.chip', {
-        href: withFilters({ state: value }), class: value ? 'st-' + value : null,
-        'aria-current': f.state === value ? 'true' : null, dataset: { state: value || 'all' },
+        href: withFilters({ state: value }), class: value ? 'st-' + value.replace(',', '-') : null,
+        'aria-current': f.state === value ? 'true' : null,
+        dataset: { state: value === FAILURES ? 'failures' : value || 'all' },
       }, el('span', null, label), el('span.count', null, fmtNumber(n)));
+      const n = (s) => Number((counts && counts[s]) || 0);
       replace(chips, chip('', 'All', total),
-        STATES.map((s) => chip(s, s, (counts && counts[s]) || 0)));
+        STATES.map((s) => chip(s, s, n(s))),
+        chip(FAILURES, 'Failures', n('Failed') + n('Compensated')));
     }
 
     function renderRows(sagas) {
@@ -622,13 +626,14 @@
         title: 'Cancel saga ' + shortId(saga.sagaId) + '?',
         body: 'It stops where it is and compensates what has run (refund the payment, release the reservation), ' +
           'exactly as on a step deadline. This cannot be undone.',
-        field: { label: 'Reason (kept in the log)', required: true, placeholder: 'e.g. customer asked to cancel' },
+        field: { label: 'Reason (recorded with the saga)', required: true, placeholder: 'e.g. customer asked to cancel' },
         cancelLabel: 'Keep saga', okLabel: 'Cancel saga', danger: true,
       });
       if (reason === null) return;
       try {
-        await api('POST', '/admin/api/sagas/' + encodeURIComponent(saga.sagaId) + '/cancel', { reason });
-        toast('Cancellation requested: the saga compensates now.');
+        const r = await api('POST', '/admin/api/sagas/' + encodeURIComponent(saga.sagaId) + '/cancel', { reason });
+        toast(r.cancelled === false ? 'The saga was already cancelled.'
+          : 'Cancelled: the saga compensates what has run.');
       } catch (e) {
         toast(e.code === 'saga_finished' ? 'The saga had already finished.' : e.message, 'error');
       }
@@ -653,8 +658,13 @@
           el('div', null,
             el('h1', null, 'Saga ', el('span.mono.saga-id', null, saga.sagaId)),
             el('p.muted', null, badge(saga.state), ' version ', String(saga.version),
-              ' · took ', fmtDuration(last - created), TERMINAL.has(saga.state) ? '' : ' so far')),
+              ' · took ', fmtDuration(last - created), TERMINAL.has(saga.state) ? '' : ' so far',
+              saga.deadlineAt && !TERMINAL.has(saga.state)
+                ? [' · step deadline ', timeEl(saga.deadlineAt)] : null)),
           el('div.actions', null, actions)),
+        saga.cancellation ? el('div.notice.cancelled', { id: 'cancellation' },
+          el('strong', null, 'Cancelled by an operator'), ' at ', timeEl(saga.cancellation.at),
+          ': ', el('q', null, saga.cancellation.reason)) : null,
         el('dl.summary', null,
           [['Customer', el('span.cust', null, saga.customerId)], ['Item', saga.itemId],
             ['Qty', fmtNumber(saga.qty)], ['Amount', fmtNumber(saga.amount)],
@@ -751,7 +761,7 @@
         onclick: () => retry(g.service, Array.from(sel), 'The selected messages of ' + g.service + ' / ' + g.type) },
       'Retry selected (' + sel.size + ')');
       const rows = letters.map((d) => {
-        const cb = el('input', { type: 'checkbox', checked: sel.has(d.messageId),
+        const cb = el('input', { type: 'checkbox', checked: sel.has(d.messageId), dataset: { focusKey: d.messageId },
           'aria-label': 'Select message ' + d.messageId });
         cb.addEventListener('change', () => {
           if (cb.checked) sel.add(d.messageId); else sel.delete(d.messageId);
@@ -769,10 +779,11 @@
             onclick: () => retry(d.service || g.service, [d.messageId], 'Message ' + shortId(d.messageId)) }, 'Retry')));
       });
       const toggle = el('button.btn.ghost.small', { type: 'button', 'aria-expanded': isOpen ? 'true' : 'false',
-        'aria-controls': bodyId, class: 'group-toggle',
+        'aria-controls': bodyId, class: 'group-toggle', dataset: { focusKey: key + ':toggle' },
         onclick: () => { if (open.has(key)) open.delete(key); else open.add(key); draw(); } },
       isOpen ? 'Hide messages' : 'Show messages');
       const ids = letters.map((d) => d.messageId);
+      const unlisted = (Number(g.count) || 0) - ids.length;
       return el('article.group.card', { dataset: { service: g.service, type: g.type, count: g.count } },
         el('div.group-head', null,
           el('div.group-title', null,
@@ -780,7 +791,8 @@
             el('span.count-pill', { title: 'dead letters in this group' }, fmtNumber(g.count))),
           el('div.group-actions', null, toggle,
             el('button.btn.small.primary', { type: 'button', class: 'retry-group', disabled: ids.length === 0,
-              onclick: () => retry(g.service, ids, 'Every message of ' + g.service + ' / ' + g.type + ' with this error') },
+              onclick: () => retry(g.service, ids, 'Every listed message of ' + g.service + ' / ' + g.type +
+                ' with this error' + (unlisted > 0 ? ' (' + unlisted + ' more are not listed: retry again after)' : '')) },
             'Retry group (' + ids.length + ')'))),
         el('pre.err', null, g.lastError || '(no error text)'),
         isOpen ? el('div.group-body', { id: bodyId },
@@ -792,8 +804,10 @@
     }
 
     function draw() {
-      const focusKey = document.activeElement && document.activeElement.closest('.group')
-        ? document.activeElement.className : null;
+      // A redraw (after a toggle, a retry or an auto-refresh) keeps the
+      // keyboard focus on the same control.
+      const focused = document.activeElement && document.activeElement.dataset
+        ? document.activeElement.dataset.focusKey : null;
       const letters = Array.isArray(data.deadLetters) ? data.deadLetters : [];
       let groups = Array.isArray(data.groups) ? data.groups : [];
       const q = f.q.toLowerCase();
@@ -810,9 +824,10 @@
           groups.length + (groups.length === 1 ? ' group' : ' groups') + ', grouped by service, type and error.'),
         groups.map((g) => groupNode(g, letters.filter((d) =>
           (d.service || '') === g.service && d.type === g.type && (d.lastError || '') === (g.lastError || '')))));
-      if (focusKey) {
-        const again = list.querySelector('[aria-expanded]');
-        if (again && focusKey.includes('group-toggle')) again.focus();
+      if (focused) {
+        const again = Array.from(list.querySelectorAll('[data-focus-key]'))
+          .find((e) => e.dataset.focusKey === focused);
+        if (again) again.focus();
       }
     }
 
@@ -826,9 +841,11 @@
       }
     }
 
+    const box = el('details.filter-box', { open: window.innerWidth > 640 || f.service || f.type || f.q || null },
+      el('summary', null, 'Filters'), form);
     const node = el('section.page', { id: 'page-dead-letters' },
       pageHead('Dead letters', 'Messages that were refused or ran out of attempts. Fix the cause, then retry.'),
-      form, status, list);
+      box, status, list);
     return { node, refresh };
   }
 
