@@ -21,7 +21,8 @@ minutes", cancelled with a reason after a confirmation, and the page
 (auto-refresh on) shows it reach Compensated with cause Cancelled; in the
 dead letters, one is retried alone and the rest of its group together
 (the confirmation says how many), the group empties and its sagas
-complete; sign out. Throughout: no uncaught exception, no console error,
+complete; with inventory stopped, the deliveries page names it and shows the
+rest; sign out. Throughout: no uncaught exception, no console error,
 no CSP violation, no JavaScript dialog (the markup probes would open one).
 
 Screenshots of each page at 1280 and 390 px wide are kept in
@@ -422,6 +423,20 @@ def dead_letters(p, s, ctx):
                   % ctx["cancelled"]) == "Compensated", "the cancelled saga stays Compensated")
 
 
+def partial(p, s):
+    """A peer that does not answer: the page says which, and shows the rest."""
+    s.stop_service("inventory")
+    p.eval("location.hash = '#/deliveries'")
+    p.wait_js("!!document.querySelector('#page-deliveries .notice.warn')", what="the partial notice")
+    c.ok("inventory" in p.text("#page-deliveries .notice.warn"),
+         "the notice names inventory: %r" % p.text("#page-deliveries .notice.warn"))
+    rows = p.eval("Array.from(document.querySelectorAll('#delivery-table tbody tr'))"
+                  ".map(function(r){return r.dataset.service;})")
+    c.ok("orchestrator" in rows and "inventory" not in rows,
+         "the others' rows are still shown: %r" % rows)
+    shots(p, "deliveries-partial")
+
+
 def sign_out(p, base):
     p.click("#signout")
     p.wait_for("#signin #token")
@@ -463,6 +478,7 @@ def main():
                      ("saga page", lambda: saga_page(p, s, ctx, base)),
                      ("cancel", lambda: cancel(p, s, ctx)),
                      ("dead letters", lambda: dead_letters(p, s, ctx)),
+                     ("partial answer", lambda: partial(p, s)),
                      ("sign out", lambda: sign_out(p, base))]
             for name, step in steps:
                 try:

@@ -197,7 +197,7 @@
     return el('div.notice.warn', { role: 'status' },
       el('strong', null, 'Partial answer. '),
       'Not answering: ', gone.join(', '),
-      '. What those services hold is missing below.');
+      gone.length === 1 ? '. What it holds is missing below.' : '. What they hold is missing below.');
   }
 
   function stamp() {
