@@ -13,7 +13,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
 	&& apt-get install -y --no-install-recommends \
 		build-essential meson ninja-build pkg-config python3 \
-		libpq-dev libevent-dev libjson-c-dev check \
+		libpq-dev libevent-dev libjson-c-dev librabbitmq-dev check \
 	&& rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
