@@ -351,10 +351,13 @@ def cancel(p, s, ctx):
     p.wait_js("!document.querySelector('dialog[open]')", what="the dialog to close")
     c.ok(s.scalar("SELECT state FROM orchestrator.saga_instances WHERE saga_id = '%s'" % sid)
          == "PendingPayment", "Escape cancels nothing")
-    p.click("#cancel-saga")
-    p.wait_for("dialog[open] #dlg-field")
-    p.type_into("#dlg-field", "customer called: <b>stop</b>")
-    p.click("dialog[open] button[type=submit]")
+    # Now with the keyboard: Enter on the button, the reason, Enter.
+    p.focus("#cancel-saga")
+    p.press("Enter")
+    p.wait_js("document.activeElement && document.activeElement.id === 'dlg-field'",
+              what="the reason field to have the focus")
+    p.call("Input.insertText", {"text": "customer called: <b>stop</b>"})
+    p.press("Enter")
     # The page follows by itself: auto-refresh on.
     p.click("label.switch")
     c.ok(p.eval("document.getElementById('autorefresh').checked"), "auto-refresh switches on")

@@ -214,7 +214,8 @@
     return new Promise((resolve) => {
       let field = null;
       if (opts.field) {
-        field = el('textarea.input', { id: 'dlg-field', rows: 3, maxlength: 500,
+        // One line, so Enter confirms as in any form.
+        field = el('input.input', { id: 'dlg-field', type: 'text', maxlength: 500, autocomplete: 'off',
           required: opts.field.required || null, placeholder: opts.field.placeholder || null });
       }
       const errorLine = el('p.dlg-error', { role: 'alert' });
