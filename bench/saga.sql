@@ -52,7 +52,8 @@
 \set lease_ms 30000
 \set credit 1000000
 
--- Prelude (not in the services: they make ids in C with uuid_new()).
+-- Prelude (not in the services: they make ids in C, version 7 UUIDs like
+-- these, with uuid_new_v7(); the trace id is random, uuid_new()).
 SELECT sid, pcid, rcid, cust, item, trace,
        '{"sagaId":"' || sid || '","state":"PendingPayment","duplicated":' || 'false}' AS resp,
        '{"amount":' || :amount::text || ',"customerId":"' || cust || '","itemId":"' || item
@@ -60,8 +61,8 @@ SELECT sid, pcid, rcid, cust, item, trace,
        '{"commandId":"' || pcid || '","sagaId":"' || sid || '","customerId":"' || cust
          || '","amount":' || :amount::text || '}' AS ppayload,
        '{"commandId":"' || rcid || '","sagaId":"' || sid || '"}' AS rbase
-  FROM (SELECT gen_random_uuid()::text AS sid, gen_random_uuid()::text AS pcid,
-               gen_random_uuid()::text AS rcid,
+  FROM (SELECT orchestrator.uuid_v7()::text AS sid, orchestrator.uuid_v7()::text AS pcid,
+               orchestrator.uuid_v7()::text AS rcid,
                replace(gen_random_uuid()::text, '-', '') AS trace,
                :prefix::text || '-c' || lpad(:c::text, 5, '0') AS cust,
                'it-' || lpad(:i::text, 4, '0') AS item) ids

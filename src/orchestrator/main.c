@@ -212,8 +212,8 @@ static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 	if (!c)
 		abort();
 	c->req = req;
-	uuid_new(c->saga_id);
-	uuid_new(c->cmd_id);
+	uuid_new_v7(c->saga_id);
+	uuid_new_v7(c->cmd_id);
 	trace_id_of(req, c->trace);
 	order_answer(c->response, sizeof(c->response), c->saga_id, "PendingPayment", false);
 	/* ids match [A-Za-z0-9_-]{1,64}: nothing to escape */
@@ -382,7 +382,7 @@ static void transition_send(struct transition *t)
 	char deadline_s[24];
 
 	if (cmd_name) {
-		uuid_new(t->cmd_id);
+		uuid_new_v7(t->cmd_id);
 		snprintf(t->payload, sizeof(t->payload), "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}",
 			 t->cmd_id, t->saga_id);
 	}

@@ -1,4 +1,8 @@
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "suites.h"
 #include "uuid.h"
@@ -65,6 +69,82 @@ START_TEST(test_valid_rejects)
 }
 END_TEST
 
+START_TEST(test_v7_layout)
+{
+	char u[UUID_STR_LEN];
+
+	/* 2026-11-30T12:00:00.123Z = 1796040000123 ms = 0x01a2_2c53_827b */
+	uuid_new_v7_at(u, 1796040000123ULL);
+	ck_assert(uuid_valid(u));
+	ck_assert_int_eq(strncmp(u, "01a22c53-827b-7", 15), 0);
+	ck_assert_ptr_nonnull(strchr("89ab", u[19]));
+	ck_assert_uint_eq(strspn(u, "0123456789abcdef-"), 36);
+}
+END_TEST
+
+/* Ids sort in the order they were made: same ms, later ms, clock stepping back. */
+START_TEST(test_v7_ordered)
+{
+	char prev[UUID_STR_LEN], u[UUID_STR_LEN];
+	uint64_t ms = 1796040000000ULL;
+
+	uuid_new_v7_at(prev, ms);
+	for (int i = 0; i < 10000; i++) {
+		/* mostly the same millisecond, sometimes forward, sometimes back */
+		if (i % 97 == 0)
+			ms += 1;
+		if (i % 501 == 0)
+			ms -= 5;
+		uuid_new_v7_at(u, ms);
+		ck_assert_msg(strcmp(prev, u) < 0, "%s then %s", prev, u);
+		memcpy(prev, u, sizeof(u));
+	}
+	uuid_new_v7(u);
+	ck_assert(uuid_valid(u));
+	ck_assert_int_eq(u[14], '7');
+}
+END_TEST
+
+START_TEST(test_v7_differs)
+{
+	char a[UUID_STR_LEN], b[UUID_STR_LEN];
+
+	uuid_new_v7(a);
+	uuid_new_v7(b);
+	ck_assert_str_ne(a, b);
+	ck_assert_int_lt(strcmp(a, b), 0);
+}
+END_TEST
+
+/* A child must not hand out the random bytes its parent had pooled. */
+START_TEST(test_fork_does_not_repeat)
+{
+	char parent[UUID_STR_LEN], child[UUID_STR_LEN] = "", first[UUID_STR_LEN];
+	int fds[2], status;
+	pid_t pid;
+
+	uuid_new(first); /* the pool now holds bytes for the next ids */
+	ck_assert_int_eq(pipe(fds), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		char u[UUID_STR_LEN];
+
+		uuid_new(u);
+		_exit(write(fds[1], u, sizeof(u)) == (ssize_t)sizeof(u) ? 0 : 1);
+	}
+	uuid_new(parent);
+	ck_assert_int_eq(read(fds[0], child, sizeof(child)), (ssize_t)sizeof(child));
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	close(fds[0]);
+	close(fds[1]);
+	ck_assert(uuid_valid(child));
+	ck_assert_str_ne(parent, child);
+	ck_assert_str_ne(first, child);
+}
+END_TEST
+
 Suite *uuid_suite(void)
 {
 	Suite *s = suite_create("uuid");
@@ -74,6 +154,10 @@ Suite *uuid_suite(void)
 	tcase_add_test(tc, test_new_differs);
 	tcase_add_test(tc, test_valid_accepts);
 	tcase_add_test(tc, test_valid_rejects);
+	tcase_add_test(tc, test_v7_layout);
+	tcase_add_test(tc, test_v7_ordered);
+	tcase_add_test(tc, test_v7_differs);
+	tcase_add_test(tc, test_fork_does_not_repeat);
 	suite_add_tcase(s, tc);
 	return s;
 }
