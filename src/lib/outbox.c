@@ -61,7 +61,9 @@ struct outbox {
 	struct outbox_peer *peers;
 	int npeers;
 	bool claiming, again, stopping;
+	bool more;         /* the last claim stopped short: due rows may remain */
 	int in_flight;     /* deliveries sent, not yet marked */
+	int asked;         /* rows the claim out asked for */
 	int marking;       /* fail/ack statements out */
 	struct event *timer;
 	struct event *purge_timer;
@@ -232,8 +234,14 @@ static void delivered(void *arg, const struct httpc_result *r)
 	snprintf(labels, sizeof(labels), "peer=\"%s\",outcome=\"%s\"", d->peer, outcome);
 	metrics_inc(ob->attempts_total, labels, 1);
 	free(d);
-	/* room again: there may be more due rows than the last claim took */
-	outbox_kick(ob);
+	/*
+	 * Room again: claim if the last claim had to leave due rows behind.
+	 * Not after every delivery: rows this service writes are born claimed
+	 * and sent from memory, and a claim that finds nothing still costs a
+	 * statement (once per message, the most frequent one a service ran).
+	 */
+	if (ob->more)
+		outbox_kick(ob);
 }
 
 static struct httpc_peer *peer_for(struct outbox *ob, const char *destination)
@@ -304,6 +312,7 @@ static void claimed(void *arg, PGresult *res, const struct db_error *err)
 		return; /* the sweep or the reconnect tries again */
 	}
 	n = PQntuples(res);
+	ob->more = n == ob->asked;
 	for (int i = 0; i < n; i++)
 		deliver(ob, PQgetvalue(res, i, 0), PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
 			PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
@@ -321,9 +330,12 @@ static void claim(struct outbox *ob)
 	int room = 4 * ob->o.batch - ob->in_flight;
 
 	/* enough in flight already; each completion kicks again */
-	if (room <= 0)
+	if (room <= 0) {
+		ob->more = true;
 		return;
-	snprintf(batch, sizeof(batch), "%d", room < ob->o.batch ? room : ob->o.batch);
+	}
+	ob->asked = room < ob->o.batch ? room : ob->o.batch;
+	snprintf(batch, sizeof(batch), "%d", ob->asked);
 	const char *params[2] = { batch, ob->lease };
 
 	ob->claiming = true;
