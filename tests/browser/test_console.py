@@ -19,9 +19,9 @@ apart), its payment and reservation, its raw JSON, and survives a reload
 of its deep link; the stuck saga is found with "stuck for more than 5
 minutes", cancelled with a reason after a confirmation, and the page
 (auto-refresh on) shows it reach Compensated with cause Cancelled; in the
-dead letters, one is retried alone and the rest of its group together
-(the confirmation says how many), the group empties and its sagas
-complete; with inventory stopped, the deliveries page names it and shows the
+dead letters, one is retried alone, then a selection of two, then the
+rest of its group together (each confirmation says how many), the group
+empties and its sagas complete; with inventory stopped, the deliveries page names it and shows the
 rest; sign out. Throughout: no uncaught exception, no console error,
 no CSP violation, no JavaScript dialog (the markup probes would open one).
 
@@ -46,6 +46,7 @@ XSS = "<img src=x onerror=alert(1)>"
 XSS_ERR = "<img src=x onerror=alert(2)>"
 GHOST_MSG = "00000000-0000-4000-8000-00000000dead"
 GHOST_SAGA = "00000000-0000-4000-8000-000000000404"
+DEAD = 6  # sagas whose PayCommand dies: retried 1, then 2 selected, then a group of 3
 STATES = ("PendingPayment", "PendingInventory", "Compensating", "Completed", "Failed",
           "Compensated")
 WIDTHS = (1280, 390)
@@ -85,10 +86,10 @@ def make_data(s):
     # Dead letters: payment answers 500 to everything until the
     # orchestrator has given up on three PayCommands.
     faults(s, 1.0)
-    for i in range(3):
+    for i in range(DEAD):
         s.order("dl-%d" % i, customer="dl-%d" % i)
     if not s.wait_sql("SELECT count(*) FROM orchestrator.outbox_messages WHERE dead_at IS NOT NULL",
-                      "3", 60):
+                      str(DEAD), 60):
         opslib.die("no dead letters")
     faults(s, 0.0)
     # One of them looks stuck: nothing happened to it for 10 minutes.
@@ -154,6 +155,8 @@ def sign_in(p, base):
     p.wait_js("!document.getElementById('topbar').hidden", what="the top bar after sign-in")
     p.wait_for("#page-deliveries")
     c.ok(p.count("#signin") == 0, "the sign-in form is gone after sign-in")
+    c.ok(p.eval("document.getElementById('autorefresh').checked") is False,
+         "auto-refresh is off by default")
     cookies = p.call("Network.getCookies", {"urls": [base]})["cookies"]
     mine = [k for k in cookies if k["name"] == "pgsaga_admin"]
     c.ok(len(mine) == 1 and mine[0]["httpOnly"] and mine[0].get("sameSite") == "Strict",
@@ -383,7 +386,7 @@ def group_count(p, service, type_):
 def dead_letters(p, s, ctx):
     p.eval("location.hash = '#/dead-letters'")
     p.wait_for(".group[data-service=orchestrator][data-type=PayCommand]")
-    c.ok(group_count(p, "orchestrator", "PayCommand") == 3, "3 PayCommands in one group")
+    c.ok(group_count(p, "orchestrator", "PayCommand") == DEAD, "%d PayCommands in one group" % DEAD)
     c.ok(group_count(p, "payment", "PaymentSucceeded") == 1, "the payment service's 404 is listed")
     errs = p.texts(".group[data-service=payment] pre.err")
     c.ok(any(XSS_ERR in e for e in errs), "the error text %r is shown as text: %r" % (XSS_ERR, errs))
@@ -398,17 +401,36 @@ def dead_letters(p, s, ctx):
     c.ok(p.text("dialog[open] h2") == "Retry 1 dead letter?", "the confirmation says 1: %r"
          % p.text("dialog[open] h2"))
     p.click("dialog[open] button[type=submit]")
-    p.wait_js("document.querySelectorAll('%s tbody tr').length === 2" % sel, what="2 left")
-    # A selection: pick one, then change one's mind.
-    p.click(sel + " tbody tr input[type=checkbox]")
-    c.ok(p.text(sel + " .retry-selected") == "Retry selected (1)", "the selection is counted")
-    p.click(sel + " tbody tr input[type=checkbox]")
-    c.ok(p.text(sel + " .retry-selected") == "Retry selected (0)", "and uncounted")
-    # The rest of the group.
-    p.click(sel + " .retry-group")
+    p.wait_js("document.querySelectorAll('%s tbody tr').length === %d" % (sel, DEAD - 1),
+              what="one fewer")
+    c.ok(one not in p.eval("Array.from(document.querySelectorAll('%s tbody tr'))"
+                           ".map(function(r){return r.dataset.messageId;})" % sel),
+         "the retried one is gone from the list")
+    # A selection: pick three, change one's mind about one, retry two.
+    boxes = sel + " tbody tr:nth-child(%d) input[type=checkbox]"
+    for i in (1, 2, 3):
+        p.click(boxes % i)
+    c.ok(p.text(sel + " .retry-selected") == "Retry selected (3)", "the selection is counted")
+    p.click(boxes % 3)
+    c.ok(p.text(sel + " .retry-selected") == "Retry selected (2)", "and uncounted")
+    picked = p.eval("Array.from(document.querySelectorAll('%s tbody tr')).filter(function(r){"
+                    "return r.querySelector('input').checked;}).map(function(r){"
+                    "return r.dataset.messageId;})" % sel)
+    p.click(sel + " .retry-selected")
     p.wait_for("dialog[open]")
     c.ok(p.text("dialog[open] h2") == "Retry 2 dead letters?", "the confirmation says 2: %r"
          % p.text("dialog[open] h2"))
+    p.click("dialog[open] button[type=submit]")
+    p.wait_js("document.querySelectorAll('%s tbody tr').length === %d" % (sel, DEAD - 3),
+              what="the selection to go")
+    left = p.eval("Array.from(document.querySelectorAll('%s tbody tr'))"
+                  ".map(function(r){return r.dataset.messageId;})" % sel)
+    c.ok(not set(picked) & set(left), "the selected ones are gone, the others stay")
+    # The rest of the group.
+    p.click(sel + " .retry-group")
+    p.wait_for("dialog[open]")
+    c.ok(p.text("dialog[open] h2") == "Retry %d dead letters?" % (DEAD - 3),
+         "the confirmation says %d: %r" % (DEAD - 3, p.text("dialog[open] h2")))
     shots(p, "retry-dialog", full=False)
     p.click("dialog[open] button[type=submit]")
     p.wait_js("!document.querySelector('%s')" % sel, timeout=30, what="the group to go")
@@ -417,8 +439,8 @@ def dead_letters(p, s, ctx):
     c.ok(group_count(p, "payment", "PaymentSucceeded") == 1, "the other group stays")
     # Delivered again: the sagas not cancelled complete; the cancelled
     # one's late payment is declined (voided) and it stays Compensated.
-    c.ok(s.wait_sql("SELECT count(*) FROM orchestrator.saga_instances WHERE customer_id IN "
-                    "('dl-0', 'dl-2') AND state = 'Completed'", "2", 60),
+    c.ok(s.wait_sql("SELECT count(*) FROM orchestrator.saga_instances WHERE customer_id LIKE "
+                    "'dl-%' AND customer_id <> 'dl-1' AND state = 'Completed'", str(DEAD - 1), 60),
          "the retried sagas complete")
     c.ok(s.wait_sql("SELECT status FROM payment.payments WHERE saga_id = '%s'" % ctx["cancelled"],
                     "voided", 30), "the cancelled saga's late payment is voided")

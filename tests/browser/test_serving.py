@@ -63,6 +63,10 @@ def main():
                      "%s with its ETag is 304 without a body, got %r" % (name, again))
         c.ok(bodies.get("index.html") == opslib.request(port, "GET", "/console/").body,
              "/console/ is index.html")
+        # What embed.py compiled in is the files, byte for byte.
+        for name, body in bodies.items():
+            with open(os.path.join(opslib.SRC, "src", "orchestrator", "console", name), "rb") as f:
+                c.ok(f.read() == body, "%s is served as it is in the source tree" % name)
         for path in ("/console/nothing.js", "/console/../main.c", "/console/console.js/x"):
             r = opslib.request(port, "GET", path)
             c.ok(r.status == 404, "GET %s is 404, got %r" % (path, r))
