@@ -220,12 +220,17 @@ def table_ids(p):
                   ".map(function(r){return r.dataset.sagaId;})")
 
 
+def wait_view(p, hash_):
+    """Waits until the page shown is the one of hash_, its data loaded (not
+    the page before it, whose rows may still be there for a moment)."""
+    p.wait_js("!!document.querySelector('main > [data-loaded=%s]')" % json.dumps(hash_),
+              what="the page " + hash_)
+
+
 def wait_list(p, hash_):
-    """Opens the saga list at hash_ and waits for its rows (or its empty
-    notice) to be drawn for exactly that address."""
+    """Opens the saga list at hash_ and waits for it."""
     p.eval("location.hash = %s" % json.dumps(hash_))
-    p.wait_js("location.hash === %s && !!document.querySelector('#page-sagas .pager .muted, "
-              "#page-sagas .empty')" % json.dumps(hash_), what="the list at " + hash_)
+    wait_view(p, hash_)
 
 
 def saga_list(p, s, ctx):

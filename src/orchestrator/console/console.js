@@ -322,11 +322,15 @@
   }
 
   async function refresh() {
-    if (!app.view) return;
+    const view = app.view;
+    if (!view) return;
     app.busy = true;
     try {
-      await app.view.refresh();
+      await view.refresh();
       stamp();
+      // Says which address the page shows, once its data is in (the
+      // browser suite waits for it; harmless otherwise).
+      view.node.dataset.loaded = view.node.dataset.hash;
     } finally {
       app.busy = false;
     }
@@ -357,6 +361,7 @@
     else if (section === 'deliveries') view = deliveryView();
     else view = notFoundView();
     app.view = view;
+    view.node.dataset.hash = location.hash || '#/sagas';
     replace(main(), view.node);
     refresh();
   }
