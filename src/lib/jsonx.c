@@ -14,6 +14,7 @@
 
 #include <event2/buffer.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -602,9 +603,17 @@ static int canon_object(struct evbuffer *out, struct json_object *v)
  */
 static int canon_double(struct evbuffer *out, double d)
 {
-	struct json_object *tmp = json_object_new_double(d);
+	struct json_object *tmp;
 	int rc;
 
+	/*
+	 * A number too large for a double (1e400) parses as an infinity, which
+	 * json-c would write as Infinity, not JSON: every such number is the
+	 * same value to us, written as one JSON number that parses back to it.
+	 */
+	if (isinf(d))
+		return put(out, d > 0 ? "1e999" : "-1e999");
+	tmp = json_object_new_double(d);
 	if (!tmp)
 		return -1;
 	rc = put(out, json_object_to_json_string_ext(tmp, JSON_C_TO_STRING_PLAIN));

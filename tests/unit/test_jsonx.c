@@ -350,6 +350,8 @@ START_TEST(test_canonical)
 	/* The same number written two ways, once json-c has read it. */
 	canon_is("[1.50, 1.5e0, 15e-1]", "[1.5,1.5,1.5]");
 	canon_is("[1e3, 1000.0, -0]", "[1000.0,1000.0,0]");
+	/* Too large for a double: one JSON number that reads back the same. */
+	canon_is("[1e400, 10e999, -1e400, 1e999]", "[1e999,1e999,-1e999,1e999]");
 	/* Bytewise key order: 'B' < '_' < 'a' < any UTF-8 lead byte. */
 	canon_is("{\"\xc3\xa9\":1,\"a\":2,\"_\":3,\"B\":4}",
 		 "{\"B\":4,\"_\":3,\"a\":2,\"\xc3\xa9\":1}");
