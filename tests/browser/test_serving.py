@@ -16,6 +16,7 @@ import opslib  # noqa: E402
 
 CSP = "default-src 'self'; frame-ancestors 'none'"
 FILES = {"": "text/html", "index.html": "text/html", "console.js": "text/javascript",
+         "sagas.js": "text/javascript", "delivery.js": "text/javascript",
          "console.css": "text/css", "favicon.svg": "image/svg+xml"}
 ADMIN_TOKEN = "browser-serving-admin-token-%d" % os.getpid()
 
@@ -77,19 +78,24 @@ def main():
             "%s %d" % (k, len(v)) for k, v in sorted(bodies.items()))), flush=True)
         c.ok(0 < total < 100 * 1024, "the console's files together are under 100 KB: %d" % total)
 
-        html = bodies.get("index.html", b"").decode("utf-8")
-        js = bodies.get("console.js", b"").decode("utf-8")
-        css = bodies.get("console.css", b"").decode("utf-8")
+        text = {k: v.decode("utf-8") for k, v in bodies.items()}
+        html = text.get("index.html", "")
+        scripts = {k: v for k, v in text.items() if k.endswith(".js")}
         c.ok(not re.search(r"<script(?![^>]*\bsrc=)", html), "index.html has no inline script")
         c.ok(not re.search(r"<style|\sstyle=|\son[a-z]+=", html, re.I),
              "index.html has no inline style or event handler attribute")
-        for bad in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(",
-                    "new Function"):
-            c.ok(bad not in js, "console.js does not use %s" % bad)
-        for name, text in (("index.html", html), ("console.js", js), ("console.css", css)):
-            urls = re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I)
+        for name, js in scripts.items():
+            for bad in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(",
+                        "new Function"):
+                c.ok(bad not in js, "%s does not use %s" % (name, bad))
+        for src in re.findall(r'<script src="([^"]+)"', html):
+            c.ok(src in scripts, "index.html loads %s, which is served" % src)
+        for name, body in text.items():
+            if name == "favicon.svg":
+                continue
+            urls = re.findall(r"(?:https?:)?//[a-z0-9.-]+\.[a-z]{2,}", body, re.I)
             c.ok(not urls, "%s loads nothing from another origin: %s" % (name, urls))
-            c.ok("@import" not in text and "url(" not in text.replace("url(#", ""),
+            c.ok("@import" not in body and "url(" not in body.replace("url(#", ""),
                  "%s pulls in no other file" % name)
     c.done()
 
