@@ -14,6 +14,9 @@ Docker engine runs here).
   environment variable the compose file gives it is one that binary lists
   in --help (or a libpq variable); the postgres container gets every
   variable docker/initdb.sh requires.
+- One demo seed (issue #8): the compose `seed` service and scripts/up both
+  load sql/demo-seed.sql, and the stock the README and scripts/up announce
+  is the stock that file inserts.
 - The rules of issue #5: healthchecks (GET /readyz through the script the
   image installs), depends_on with service_healthy, restart unless-stopped,
   only the orchestrator's port published.
@@ -283,6 +286,34 @@ def check_services(installed):
     checks.ok(len(tokens) == 1, "the three services share one INTERNAL_TOKEN: %r" % tokens)
 
 
+def check_seed():
+    """scripts/up and the compose seed service load the same file, and what
+    the README and scripts/up say it holds is what it holds."""
+    seed = os.path.join(SRC, "sql", "demo-seed.sql")
+    if not checks.ok(os.path.exists(seed), "sql/demo-seed.sql exists"):
+        return
+    sql = open(seed, encoding="utf-8").read()
+    stock = re.findall(r"\(\s*'([A-Za-z0-9-]+)'\s*,\s*(\d+)\s*\)", sql)
+    checks.ok(len(stock) >= 2, "sql/demo-seed.sql inserts demo stock (%r)" % stock)
+    svc = (yaml.safe_load(open(COMPOSE, encoding="utf-8")).get("services") or {}).get("seed")
+    if checks.ok(svc is not None, "docker-compose.yml has a seed service"):
+        mounts = dict(v.split(":")[:2] for v in svc.get("volumes") or [] if isinstance(v, str))
+        target = mounts.get("./sql/demo-seed.sql")
+        checks.ok(target is not None, "the seed service mounts ./sql/demo-seed.sql (%r)" % mounts)
+        cmd = command_of(svc)
+        checks.ok(target is not None and cmd[:1] == ["psql"] and target in cmd,
+                  "the seed service runs psql on sql/demo-seed.sql (%r)" % cmd)
+    up = open(os.path.join(SRC, "scripts", "up"), encoding="utf-8").read()
+    checks.ok("-f sql/demo-seed.sql" in up, "scripts/up loads sql/demo-seed.sql")
+    checks.ok("INSERT INTO inventory.stock" not in up, "scripts/up has a seed of its own")
+    readme = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
+    for item, n in stock:
+        checks.ok("`%s`: %s" % (item, n) in readme, "README names the demo stock %s: %s"
+                  % (item, n))
+        checks.ok("%s: %s" % (item, n) in up, "scripts/up announces the demo stock %s: %s"
+                  % (item, n))
+
+
 def check_scripts():
     for script in ("docker/initdb.sh", "docker/healthcheck.sh"):
         path = os.path.join(SRC, script)
@@ -303,6 +334,7 @@ def main():
     check_config()
     installed = check_dockerfile() or {}
     check_services(installed)
+    check_seed()
     check_scripts()
     checks.done()
 

@@ -1,0 +1,503 @@
+#!/usr/bin/python3
+"""`docker compose up` for real (issue #8): the stack a user starts first,
+built and run by a real Docker engine, and the README's tour run against it.
+
+1. A Docker engine: the one that answers, else `dockerd` started here (as
+   root) and stopped again by its pid at the end.
+2. The base images (debian:bookworm[-slim], postgres:15-bookworm): when one
+   is missing, built by ../shared/tools/docker-standin/build.sh where that
+   folder is beside the project (no registry is reachable on the project's
+   machines), else `docker pull`. SAGA_DOCKER_STANDIN names another folder.
+3. `docker compose up --build -d` (the v2 plugin, else Debian's
+   `docker-compose` v1) under a project name of this run's own, with the
+   orchestrator published on a free port (ORCHESTRATOR_PORT); every
+   container healthy and the one-shot seed exited 0; the services run as
+   uid 10001.
+4. The README's "Five-minute tour", command by command: each `curl` is sent
+   to the published port, each `psql` runs in the postgres container as the
+   URL's role, and the compose section's `docker compose exec postgres
+   psql` line runs as written. What the tour promises is checked: an order
+   of an item sql/demo-seed.sql stocks ends `Completed`, one of an item it
+   has none of (B001) ends `Compensated` with its payment refunded, the same
+   key and body again is a replay (`Idempotent-Replayed: true`, same saga),
+   a different body under that key is `422 idempotency_key_reused`.
+5. `down` (keeping the volume) and `up -d` again: the sagas are still there
+   and a new order completes.
+6. `down -v`; then no container, network or volume of the project is left,
+   nor any anonymous volume a container of it mounted.
+   The image pgsaga:local stays, as the build cache of the next run (the
+   one it replaces, if any, is removed).
+
+Standard library only; Debian's /usr/bin/python3.
+"""
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
+from opslib import SRC, Checks, die, free_port, request  # noqa: E402
+
+checks = Checks("compose-up")
+COMPOSE_FILE = os.path.join(SRC, "docker-compose.yml")
+PROJECT = "pgsagatest%d" % os.getpid()
+BASE_IMAGES = ("debian:bookworm", "debian:bookworm-slim", "postgres:15-bookworm")
+STANDIN = os.environ.get("SAGA_DOCKER_STANDIN") or os.path.join(
+    SRC, "..", "shared", "tools", "docker-standin")
+SERVICE_IMAGE = "pgsaga:local"
+SAGA_SERVICES = ("orchestrator", "payment", "inventory")
+TERMINAL = ("Completed", "Compensated", "Failed")
+T0 = time.monotonic()
+
+
+def log(msg):
+    print("[%6.1fs] %s" % (time.monotonic() - T0, msg), flush=True)
+
+
+def run(argv, timeout=120, env=None, quiet=False):
+    """Runs argv, output captured; returns the CompletedProcess (returncode
+    124 on a timeout)."""
+    if not quiet:
+        log("$ " + " ".join(shlex.quote(a) for a in argv))
+    try:
+        return subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode() if isinstance(e.output, bytes) else (e.output or "")
+        return subprocess.CompletedProcess(argv, 124, out + "\n(timed out after %ds)" % timeout)
+
+
+def must(argv, timeout=120, env=None):
+    r = run(argv, timeout, env)
+    if r.returncode != 0:
+        die("%s failed (exit %d):\n%s" % (argv[:3], r.returncode, r.stdout[-4000:]))
+    return r.stdout
+
+
+# --- the engine and the images -------------------------------------------------
+
+def docker_answers():
+    return run(["docker", "info"], 30, quiet=True).returncode == 0
+
+
+def start_dockerd(workdir):
+    """Starts dockerd when no engine answers; returns its Popen or None."""
+    if docker_answers():
+        log("a Docker engine is running: using it")
+        return None
+    if os.geteuid() != 0:
+        die("no Docker engine answers and only root can start dockerd here")
+    dockerd = shutil.which("dockerd") or die("dockerd not found: scripts/deps installs docker.io")
+    out = open(os.path.join(workdir, "dockerd.log"), "w")
+    proc = subprocess.Popen([dockerd], stdin=subprocess.DEVNULL, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    log("started dockerd, pid %d" % proc.pid)
+    deadline = time.monotonic() + 90
+    while not docker_answers():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            out.flush()
+            tail = open(out.name).read()[-3000:]
+            stop_dockerd(proc)
+            die("dockerd did not come up:\n" + tail)
+        time.sleep(0.5)
+    return proc
+
+
+def stop_dockerd(proc):
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log("stopped dockerd (pid %d, exit %s)" % (proc.pid, proc.returncode))
+
+
+def image_id(name):
+    r = run(["docker", "image", "inspect", "-f", "{{.Id}}", name], 30, quiet=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def ensure_base_images(images):
+    missing = [i for i in images if image_id(i) is None]
+    if not missing:
+        return
+    build = os.path.join(STANDIN, "build.sh")
+    if os.path.isfile(build):
+        log("missing %s: building them with %s" % (missing, build))
+        must(["bash", build], 1200)
+    else:
+        for i in missing:
+            must(["docker", "pull", i], 900)
+    missing = [i for i in images if image_id(i) is None]
+    if missing:
+        die("base images still missing: %s" % missing)
+
+
+# --- compose ---------------------------------------------------------------------
+
+def compose_base():
+    if run(["docker", "compose", "version"], 30, quiet=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return die("neither `docker compose` nor docker-compose: scripts/deps installs docker-compose")
+
+
+class Stack:
+    def __init__(self, port, profiles=()):
+        self.cmd = compose_base() + ["-p", PROJECT, "-f", COMPOSE_FILE,
+                                     "--project-directory", SRC]
+        for p in profiles:
+            self.cmd += ["--profile", p]
+        self.env = dict(os.environ, ORCHESTRATOR_PORT=str(port))
+        self.env.pop("COMPOSE_PROJECT_NAME", None)
+        self.env.pop("COMPOSE_FILE", None)
+        self.port = port
+        self.volumes = set()  # every volume a container of the project mounted
+
+    def ids(self):
+        return run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="
+                    + PROJECT], 30, quiet=True).stdout.split()
+
+    def note_volumes(self):
+        """Remembers the volumes the containers mount, the anonymous ones
+        (no project label) included, so that the end can check them."""
+        ids = self.ids()
+        if ids:
+            r = run(["docker", "inspect", "-f",
+                     '{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}'] + ids,
+                    30, quiet=True)
+            self.volumes |= set(r.stdout.split())
+
+    def down(self, *args, timeout=180):
+        self.note_volumes()
+        return self.run("down", *args, timeout=timeout)
+
+    def run(self, *args, timeout=300):
+        return run(self.cmd + list(args), timeout, self.env)
+
+    def must(self, *args, timeout=300):
+        return must(self.cmd + list(args), timeout, self.env)
+
+    def exec_argv(self, service, *argv):
+        return self.cmd + ["exec", "-T", service] + list(argv)
+
+    def containers(self):
+        """service -> (status, health, exit code) of the project's containers."""
+        ids = self.ids()
+        if not ids:
+            return {}
+        fmt = ('{{index .Config.Labels "com.docker.compose.service"}} {{.State.Status}} '
+               '{{if .State.Health}}{{.State.Health.Status}}{{else}}-{{end}} {{.State.ExitCode}}')
+        r = run(["docker", "inspect", "-f", fmt] + ids, 30, quiet=True)
+        out = {}
+        for line in r.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 4:
+                out[parts[0]] = tuple(parts[1:])
+        return out
+
+    def wait_ready(self, services, timeout=300):
+        """Every service healthy (the one-shot seed: exited 0)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            state = self.containers()
+            bad = {s: v for s, v in state.items()
+                   if s == "seed" and v[0] == "exited" and v[2] != "0"}
+            pending = [s for s in services
+                       if s not in state
+                       or (s == "seed" and state[s][0] != "exited")
+                       or (s != "seed" and state[s][1] != "healthy")]
+            if bad or not pending or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        ok = checks.ok(not bad and not pending, "stack ready: waiting for %s, failed %s (%r)"
+                       % (pending, bad, state))
+        if ok:
+            log("ready: %r" % state)
+        return ok
+
+    def logs(self):
+        print(self.run("logs", "--no-color", "--tail", "60", timeout=60).stdout[-12000:],
+              flush=True)
+
+    def leftovers(self):
+        found = {}
+        for kind in ("container", "network", "volume"):
+            argv = (["docker", "ps", "-aq"] if kind == "container"
+                    else ["docker", kind, "ls", "-q"])
+            out = run(argv + ["--filter", "label=com.docker.compose.project=" + PROJECT],
+                      30, quiet=True).stdout.split()
+            if out:
+                found[kind] = out
+        have = set(run(["docker", "volume", "ls", "-q"], 30, quiet=True).stdout.split())
+        anonymous = sorted((self.volumes & have) - set(found.get("volume", [])))
+        if anonymous:
+            found["volume"] = found.get("volume", []) + anonymous
+        return found
+
+    def destroy(self):
+        """down -v, and then nothing of the project may be left; what is is
+        removed by force (and the check fails)."""
+        r = self.down("-v", "--remove-orphans", "--timeout", "20")
+        checks.ok(r.returncode == 0, "down -v exits 0: %s" % r.stdout[-2000:])
+        left = self.leftovers()
+        checks.ok(not left, "down -v leaves nothing of project %s: %r" % (PROJECT, left))
+        for c in left.get("container", []):
+            run(["docker", "rm", "-f", "-v", c], 60)
+        for kind in ("network", "volume"):
+            for x in left.get(kind, []):
+                run(["docker", kind, "rm", x], 60)
+
+
+# --- the README's tour -------------------------------------------------------------
+
+def readme_commands():
+    """The shell commands of the README's "Five-minute tour" section (its
+    compose part included), continuation lines joined, comments dropped."""
+    text = open(os.path.join(SRC, "README.md"), encoding="utf-8").read()
+    m = re.search(r"^## Five-minute tour\n(.*?)(?=^## )", text, re.S | re.M)
+    if not m:
+        die("README.md has no '## Five-minute tour' section")
+    cmds = []
+    for block in re.findall(r"^```[a-z]*\n(.*?)^```", m.group(1), re.S | re.M):
+        pending = ""
+        for line in block.replace("\\\n", " ").splitlines():
+            pending += line + "\n"
+            try:
+                argv = shlex.split(pending, comments=True)
+            except ValueError:
+                continue  # a quoted string goes on over the next line
+            pending = ""
+            if argv:
+                cmds.append(argv)
+        if pending:
+            die("README: unterminated command %r" % pending)
+    return cmds
+
+
+def parse_curl(argv):
+    """(method, path, headers, body) of a README curl line."""
+    method, url, headers, body = None, None, {}, None
+    it = iter(argv[1:])
+    for a in it:
+        if a == "-H":
+            k, v = next(it).split(":", 1)
+            headers[k.strip()] = v.strip()
+        elif a in ("-d", "--data", "--data-raw"):
+            body = next(it)
+        elif a == "-X":
+            method = next(it)
+        elif a.startswith("-"):
+            checks.ok(set(a[1:]) <= set("si"), "curl option %s understood" % a)
+        else:
+            url = a
+    m = re.match(r"https?://[^/]+(/.*)$", url or "")
+    if not m:
+        die("curl line without a URL: %r" % argv)
+    return method or ("POST" if body is not None else "GET"), m.group(1), headers, body
+
+
+def seeded_stock():
+    sql = open(os.path.join(SRC, "sql", "demo-seed.sql"), encoding="utf-8").read()
+    return {item: int(n) for item, n in re.findall(r"\(\s*'([\w-]+)'\s*,\s*(\d+)\s*\)", sql)}
+
+
+def wait_terminal(port, saga_id, timeout=90):
+    deadline = time.monotonic() + timeout
+    while True:
+        r = request(port, "GET", "/orders/" + saga_id)
+        state = r.json().get("state") if r.status == 200 else None
+        if state in TERMINAL or time.monotonic() > deadline:
+            return r
+        time.sleep(0.3)
+
+
+class Tour:
+    """Runs the README's commands against the stack and checks what the
+    README promises of each."""
+
+    def __init__(self, stack):
+        self.stack = stack
+        self.stock = seeded_stock()
+        self.first = {}         # key -> (body as a value, saga id)
+        self.sagas = {}         # saga id -> final state
+        self.last_saga = None
+        self.seen = set()       # what the tour showed: completed, compensated, ...
+        self.sql_out = []
+
+    def curl(self, argv):
+        method, path, headers, body = parse_curl(argv)
+        path = path.replace("<sagaId>", self.last_saga or "none")
+        r = request(self.stack.port, method, path, body=body, headers=headers)
+        log("%s %s -> %s %s" % (method, path, r.status, r.body[:200]))
+        if method == "POST" and path == "/orders":
+            self.order(headers.get("Idempotency-Key"), json.loads(body), r)
+        elif method == "GET" and path.startswith("/orders/"):
+            checks.ok(r.status == 200 and r.json().get("sagaId") == self.last_saga,
+                      "GET %s: %r" % (path, r))
+
+    def order(self, key, value, r):
+        if key not in self.first:
+            if not checks.ok(r.status == 201 and r.json().get("duplicated") is False,
+                             "new order %s: 201, not duplicated (%r)" % (key, r)):
+                return
+            saga = r.json()["sagaId"]
+            self.first[key] = (value, saga)
+            self.last_saga = saga
+            final = wait_terminal(self.stack.port, saga)
+            state = final.json().get("state") if final.status == 200 else final
+            enough = self.stock.get(value["itemId"], 0) >= value["qty"]
+            want = "Completed" if enough else "Compensated"
+            checks.ok(state == want, "order %s for %s (seeded %s): %s, want %s"
+                      % (key, value["itemId"], self.stock.get(value["itemId"]), state, want))
+            self.sagas[saga] = state
+            self.seen.add(state)
+            if state == "Compensated":
+                path = [h.get("toState") for h in final.json().get("history", [])]
+                checks.ok(path == ["PendingPayment", "PendingInventory", "Compensating",
+                                   "Compensated"], "compensation path %r" % path)
+            return
+        value0, saga = self.first[key]
+        if value == value0:
+            self.seen.add("replay")
+            checks.ok(r.status == 201 and r.header("Idempotent-Replayed") == "true"
+                      and r.json().get("duplicated") is True and r.json().get("sagaId") == saga,
+                      "replay of %s: 201, Idempotent-Replayed, same saga (%r %r)"
+                      % (key, r, r.headers))
+        else:
+            self.seen.add("reused")
+            checks.ok(r.status == 422
+                      and r.json().get("error", {}).get("code") == "idempotency_key_reused",
+                      "key %s with another body: 422 idempotency_key_reused (%r)" % (key, r))
+
+    def psql(self, argv):
+        """psql "postgresql://ROLE@host:port/db" ... runs in the postgres
+        container as ROLE on the same database."""
+        m = re.match(r"postgres(?:ql)?://([^@:/]+)@[^/]+/(\w+)$", argv[1]) if len(argv) > 1 else None
+        if not checks.ok(m is not None, "README psql line names a role and database: %r" % argv):
+            return
+        self.sql(self.stack.exec_argv("postgres", "psql", "-X", "-v", "ON_ERROR_STOP=1",
+                                      "-U", m.group(1), m.group(2)) + argv[2:], argv)
+
+    def docker_compose(self, argv):
+        if argv[2:4] != ["exec", "postgres"]:
+            return  # up, down: the test does those itself
+        self.seen.add("compose-psql")
+        self.sql(self.stack.exec_argv("postgres", *argv[4:]), argv)
+
+    def sql(self, full, readme_argv):
+        r = run(full, 60, self.stack.env)
+        print(r.stdout, flush=True)
+        checks.ok(r.returncode == 0, "README line %r: exit %d" % (readme_argv[:4], r.returncode))
+        self.sql_out.append((readme_argv, r.stdout))
+
+    def run(self):
+        for argv in readme_commands():
+            if argv[0] == "curl":
+                self.curl(argv)
+            elif argv[0] == "psql":
+                self.psql(argv)
+            elif argv[:2] == ["docker", "compose"]:
+                self.docker_compose(argv)
+        for what in ("Completed", "Compensated", "replay", "reused", "compose-psql"):
+            checks.ok(what in self.seen, "the README's tour shows %s (saw %s)"
+                      % (what, sorted(self.seen)))
+        # the tour's payment query shows the compensated saga's refund
+        everything = "".join(out for argv, out in self.sql_out)
+        for saga, state in self.sagas.items():
+            if state == "Compensated":
+                checks.ok(re.search(re.escape(saga) + r".*refunded", everything) is not None,
+                          "the README's psql lines show saga %s refunded" % saga)
+        # the compose section's psql line lists the sagas the tour made
+        shown = "".join(out for argv, out in self.sql_out if argv[0] == "docker")
+        for saga, state in self.sagas.items():
+            checks.ok(saga in shown and state in shown,
+                      "docker compose exec postgres psql shows saga %s %s" % (saga, state))
+
+
+# --- the run ---------------------------------------------------------------------------
+
+def check_users(stack):
+    for s in SAGA_SERVICES:
+        r = run(stack.exec_argv(s, "id", "-u"), 60, stack.env)
+        checks.ok(r.stdout.strip() == "10001", "%s runs as uid 10001 (%r)" % (s, r.stdout))
+
+
+def after_restart(stack, sagas):
+    for saga, state in sagas.items():
+        r = request(stack.port, "GET", "/orders/" + saga)
+        checks.ok(r.status == 200 and r.json().get("state") == state,
+                  "after down and up, saga %s is still %s (%r)" % (saga, state, r))
+    r = request(stack.port, "POST", "/orders", body={"customerId": "c-restart", "itemId": "A001",
+                                                     "qty": 1, "amount": 100},
+                headers={"Idempotency-Key": "compose-after-restart"})
+    if checks.ok(r.status == 201, "an order after the restart: %r" % r):
+        final = wait_terminal(stack.port, r.json()["sagaId"])
+        checks.ok(final.status == 200 and final.json().get("state") == "Completed",
+                  "the order after the restart completes (%r)" % final)
+
+
+def main():
+    workdir = tempfile.mkdtemp(prefix="compose-test-")
+    dockerd = None
+    stack = None
+    timings = {}
+    try:
+        dockerd = start_dockerd(workdir)
+        t = time.monotonic()
+        ensure_base_images(BASE_IMAGES)
+        timings["base images"] = time.monotonic() - t
+        stack = Stack(free_port())
+        services = ["postgres", "seed"] + list(SAGA_SERVICES)
+        old_image = image_id(SERVICE_IMAGE)
+        t = time.monotonic()
+        r = stack.run("up", "--build", "-d", timeout=1200)
+        timings["up --build"] = time.monotonic() - t
+        if not checks.ok(r.returncode == 0, "up --build -d: exit %d\n%s"
+                         % (r.returncode, r.stdout[-4000:])):
+            return
+        new_image = image_id(SERVICE_IMAGE)
+        if old_image and new_image != old_image:
+            run(["docker", "rmi", old_image], 60)  # may still be in use elsewhere: fine
+        t = time.monotonic()
+        if not stack.wait_ready(services):
+            return
+        timings["healthy"] = time.monotonic() - t
+        check_users(stack)
+        t = time.monotonic()
+        tour = Tour(stack)
+        tour.run()
+        timings["tour"] = time.monotonic() - t
+        t = time.monotonic()
+        r = stack.down()
+        checks.ok(r.returncode == 0, "down: %s" % r.stdout[-2000:])
+        stack.must("up", "-d", timeout=600)
+        if stack.wait_ready(services):
+            after_restart(stack, tour.sagas)
+        timings["restart"] = time.monotonic() - t
+    finally:
+        if stack is not None:
+            if checks.failed:
+                stack.logs()
+            t = time.monotonic()
+            stack.destroy()
+            timings["down -v"] = time.monotonic() - t
+        stop_dockerd(dockerd)
+        shutil.rmtree(workdir, ignore_errors=True)
+        log("times: " + ", ".join("%s %.0f s" % kv for kv in timings.items()))
+
+
+if __name__ == "__main__":
+    main()
+    checks.done()
