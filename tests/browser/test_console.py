@@ -377,6 +377,10 @@ def cancel(p, s, ctx):
                   "AND cause = 'Cancelled'" % sid) == "1", "saga_history has one Cancelled")
     check_timeline(p, s, sid, "Compensated")
     c.ok("<b>stop</b>" in (p.text("#cancellation") or ""), "the reason is shown, as text")
+    # Auto-refresh reads again by itself: the top bar's time moves on.
+    before = p.text("#updated")
+    p.wait_js("document.getElementById('updated').textContent !== %s" % json.dumps(before),
+              timeout=30, what="an automatic refresh")
     p.click("label.switch")
     c.ok(not p.eval("document.getElementById('autorefresh').checked"), "auto-refresh switches off")
     shots(p, "saga-cancelled")
@@ -395,6 +399,14 @@ def dead_letters(p, s, ctx):
     c.ok(group_count(p, "payment", "PaymentSucceeded") == 1, "the payment service's 404 is listed")
     errs = p.texts(".group[data-service=payment] pre.err")
     c.ok(any(XSS_ERR in e for e in errs), "the error text %r is shown as text: %r" % (XSS_ERR, errs))
+    # Its saga does not exist: following the link says so.
+    p.click(".group[data-service=payment] .group-toggle")
+    p.click('.group[data-service=payment] a[href="#/sagas/%s"]' % GHOST_SAGA)
+    p.wait_js("!!document.querySelector('#page-saga .notice.error')", what="the missing saga")
+    c.ok("No saga with this id" in p.text("#page-saga .notice.error"),
+         "a saga that does not exist is said so: %r" % p.text("#page-saga .notice.error"))
+    p.eval("location.hash = '#/dead-letters'")
+    p.wait_for(".group[data-service=orchestrator][data-type=PayCommand]")
     sel = ".group[data-service=orchestrator][data-type=PayCommand]"
     p.click(sel + " .group-toggle")
     p.wait_for(sel + " tbody tr")
@@ -480,10 +492,13 @@ def sign_out(p, base):
 
 
 def expected_log(entry):
-    """The 401s the console causes on purpose: asking whether a session
-    exists before sign-in, and the wrong token."""
-    return entry.get("source") == "network" and entry.get("url", "").endswith("/admin/session") \
-        and "401" in entry.get("text", "")
+    """The errors the browser logs for answers the test asks for: the 401s
+    of asking whether a session exists before sign-in and of the wrong
+    token, and the 404 of the saga that does not exist."""
+    url, text = entry.get("url", ""), entry.get("text", "")
+    return entry.get("source") == "network" and (
+        (url.endswith("/admin/session") and "401" in text) or
+        (url.endswith("/admin/api/sagas/" + GHOST_SAGA) and "404" in text))
 
 
 def main():
