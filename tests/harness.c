@@ -52,7 +52,8 @@ static const char *const svc_vars[] = {
 	"INTERNAL_TOKEN", "DISPATCH_BATCH", "RETRY_MAX_ATTEMPTS", "RETRY_BASE_MS", "RETRY_CAP_MS",
 	"HTTP_TIMEOUT_MS", "LEASE_MS", "BREAKER_FAILURES", "BREAKER_OPEN_MS", "STEP_TIMEOUT_MS",
 	"IDEMPOTENCY_TTL_S", "PAYMENT_DEFAULT_CREDIT", "FAULT_FAIL_RATE", "FAULT_DELAY_MS",
-	"FAULT_DROP_RESPONSE_RATE", "LOG_LEVEL", "ADMIN_TOKEN", NULL,
+	"FAULT_DROP_RESPONSE_RATE", "LOG_LEVEL", "ADMIN_TOKEN", "TRANSPORT", "AMQP_URL",
+	"AMQP_PREFETCH", NULL,
 };
 
 /* Set once by harness_cluster_start in the runner, inherited by every test child. */
@@ -608,6 +609,7 @@ void env_create(struct saga_env *e)
 	if (!exited_ok(status))
 		ck_abort_msg("psql -f %s failed on %s", script, e->dbname);
 
+	harness_broker_reset();
 	free_ports(e->port, SVC_COUNT);
 	strcpy(e->token, "test-token-");
 	random_hex(e->token + strlen(e->token), 12);
@@ -676,6 +678,9 @@ static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enu
 		setenv(svc_peer_var[p], val, 1);
 	}
 	setenv("INTERNAL_TOKEN", e->token, 1);
+	setenv("TRANSPORT", harness_transport(), 1);
+	if (harness_amqp())
+		setenv("AMQP_URL", harness_amqp_url(), 1);
 	setenv("LOG_LEVEL", ll && *ll ? ll : "warn", 1);
 	/*
 	 * Redelivery, and probing a peer whose circuit opened, within a test's

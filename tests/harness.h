@@ -32,6 +32,21 @@ int harness_cluster_port(void);
 void harness_cluster_pause(void);
 void harness_cluster_resume(void);
 
+/*
+ * The transport under test: SAGA_TEST_TRANSPORT=amqp runs the services with
+ * TRANSPORT=amqp against a RabbitMQ node the runner starts once
+ * (harness_broker_start, an unchecked fixture like the cluster); anything
+ * else is http. env_create empties the broker's pgsaga queues, so each test
+ * starts from nothing as it does with its fresh database.
+ */
+bool harness_amqp(void);
+const char *harness_transport(void); /* "http" or "amqp" */
+void harness_broker_start(void);      /* no-op under http */
+void harness_broker_stop(void);
+const char *harness_amqp_url(void);
+void harness_broker_reset(void);
+void harness_broker_delete_queue(const char *queue);
+
 struct saga_env {
 	char dbname[64];
 	char admin_url[512];        /* superuser, this database */

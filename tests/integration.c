@@ -410,6 +410,52 @@ END_TEST
 
 /* --- the outbox ----------------------------------------------------------- */
 
+/* The value of one series in a service's /metrics, or -1. */
+static double scrape(enum svc s, const char *series)
+{
+	struct http_resp r;
+	double v = -1;
+
+	ck_assert_int_eq(http_do(env.port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 200);
+	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
+		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
+			v = strtod(p + strlen(series) + 1, NULL);
+			break;
+		}
+	http_resp_free(&r);
+	return v;
+}
+
+/* Polls a series until it is at least min; false after WAIT_MS. */
+static bool wait_metric(enum svc s, const char *series, double min)
+{
+	for (int waited = 0; waited < WAIT_MS; waited += 50) {
+		if (scrape(s, series) >= min)
+			return true;
+		usleep(50 * 1000);
+	}
+	return false;
+}
+
+/*
+ * Payment unreachable for the orchestrator, after the orchestrator started:
+ * over HTTP payment is just not running; over AMQP its queue is deleted as
+ * well, so each publish comes back (basic.return) and is a failed attempt.
+ * Starting payment declares its queue again.
+ */
+static void payment_unreachable(void)
+{
+	if (!harness_amqp())
+		return;
+	/* every service declares every queue when it connects: let them first */
+	for (int s = 0; s < SVC_COUNT; s++)
+		if (env.pid[s])
+			ck_assert(wait_metric(s, "saga_broker_up", 1));
+	harness_broker_delete_queue("pgsaga.payment");
+}
+
+
 START_TEST(outbox_redelivery)
 {
 	char sagas[5][UUID_STR_LEN];
@@ -424,6 +470,7 @@ START_TEST(outbox_redelivery)
 
 	env_start(&env, SVC_ORCH, no_breaker);
 	env_start(&env, SVC_INV, NULL);
+	payment_unreachable();
 	seed_stock("A001", 10);
 	for (int i = 0; i < 5; i++)
 		new_order("c-6", "A001", 1, 100, sagas[i]);
@@ -442,7 +489,11 @@ START_TEST(outbox_redelivery)
 	snprintf(sql, sizeof(sql),
 		 "SELECT sum(attempt_count) > %lld FROM orchestrator.outbox_messages"
 		 " WHERE last_error LIKE '%%HTTP 500%%'", before);
-	ck_assert(env_wait_sql(&env, sql, want, WAIT_MS));
+	if (harness_amqp()) /* the broker took them; payment puts them back for later */
+		ck_assert(wait_metric(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"requeued\"}",
+				      10));
+	else
+		ck_assert(env_wait_sql(&env, sql, want, WAIT_MS));
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.payments", 0, NULL), 0);
 	/* faults off at run time: everything completes */
 	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
@@ -495,6 +546,7 @@ START_TEST(dead_letters_and_retry)
 
 	env_start(&env, SVC_ORCH, give_up); /* payment down: two attempts, then dead */
 	env_start(&env, SVC_INV, NULL);
+	payment_unreachable();
 	seed_stock("A001", 5);
 	new_order("c-16", "A001", 1, 10, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.dead_letters", "1",
@@ -524,6 +576,12 @@ START_TEST(dead_letters_and_retry)
 		 cmd, saga);
 	ck_assert_int_eq(post_internal(SVC_PAY, "/commands/PayCommand", body, &r), 200);
 	http_resp_free(&r);
+	if (harness_amqp()) {
+		/* the broker took it; the orchestrator rejects it into pgsaga.dead */
+		ck_assert(wait_metric(SVC_ORCH,
+				      "saga_amqp_deliveries_total{outcome=\"rejected\"}", 1));
+		return;
+	}
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.dead_letters", "1", WAIT_MS));
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT attempt_count FROM payment.dead_letters", 0,
 				    NULL),
@@ -533,23 +591,6 @@ START_TEST(dead_letters_and_retry)
 	free(err);
 }
 END_TEST
-
-/* The value of one series in a service's /metrics, or -1. */
-static double scrape(enum svc s, const char *series)
-{
-	struct http_resp r;
-	double v = -1;
-
-	ck_assert_int_eq(http_do(env.port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
-	ck_assert_int_eq(r.status, 200);
-	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
-		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
-			v = strtod(p + strlen(series) + 1, NULL);
-			break;
-		}
-	http_resp_free(&r);
-	return v;
-}
 
 /*
  * A peer that keeps failing is not hammered: after BREAKER_FAILURES failures
@@ -561,28 +602,39 @@ START_TEST(circuit_breaker_stops_hammering)
 	char saga[UUID_STR_LEN];
 	const char *const breaker[] = { "BREAKER_FAILURES=3", "BREAKER_OPEN_MS=60000", NULL };
 	const char *const failing[] = { "FAULT_FAIL_RATE=1", NULL };
-	const char *series = "saga_http_requests_total{route=\"/commands/{type}\",status=\"500\"}";
+	/* over AMQP: the failures are the broker's returns, counted by the sender */
+	enum svc counter = harness_amqp() ? SVC_ORCH : SVC_PAY;
+	const char *series = harness_amqp()
+				     ? "saga_amqp_publishes_total{outcome=\"failed\"}"
+				     : "saga_http_requests_total{route=\"/commands/{type}\",status=\"500\"}";
 
-	env_start(&env, SVC_PAY, failing);
+	if (!harness_amqp())
+		env_start(&env, SVC_PAY, failing);
 	env_start(&env, SVC_ORCH, breaker);
+	payment_unreachable();
 	for (int i = 0; i < 10; i++)
 		new_order("c-17", "A001", 1, 10, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) = 10 FROM orchestrator.outbox_messages"
 				     " WHERE last_error LIKE '%circuit open%'", "t", WAIT_MS));
 	/* requests already in flight when it opened still count: 3 or a few more */
-	int sent = (int)scrape(SVC_PAY, series);
+	int sent = (int)scrape(counter, series);
 	ck_assert_int_ge(sent, 3);
 	ck_assert_int_lt(sent, 10);
 	usleep(1000 * 1000);
-	ck_assert_int_eq((int)scrape(SVC_PAY, series), sent); /* nothing while open */
+	ck_assert_int_eq((int)scrape(counter, series), sent); /* nothing while open */
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT sum(attempt_count) FROM"
 					  " orchestrator.outbox_messages", 0, NULL),
 			 sent);
 	char gauge[160];
 
-	snprintf(gauge, sizeof(gauge),
-		 "saga_peer_circuit_state{peer=\"payment\",instance=\"http://127.0.0.1:%d\"}",
-		 env.port[SVC_PAY]);
+	if (harness_amqp())
+		snprintf(gauge, sizeof(gauge),
+			 "saga_peer_circuit_state{peer=\"payment\",instance=\"amqp://%s\"}",
+			 strrchr(harness_amqp_url(), '@') + 1);
+	else
+		snprintf(gauge, sizeof(gauge),
+			 "saga_peer_circuit_state{peer=\"payment\",instance=\"http://127.0.0.1:%d\"}",
+			 env.port[SVC_PAY]);
 	ck_assert_int_eq((int)scrape(SVC_ORCH, gauge), 1); /* open */
 }
 END_TEST
@@ -1792,10 +1844,12 @@ int main(void)
 	int failed;
 
 	harness_cluster_start();
+	harness_broker_start();
 	sr = srunner_create(integration_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	harness_broker_stop();
 	harness_cluster_stop();
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -40,7 +40,12 @@ static const struct command_type commands[] = {
 
 static void post_command(struct evhttp_request *req, void *svc, const char *tail)
 {
-	command_handle(&app, commands, sizeof(commands) / sizeof(commands[0]), req, tail);
+	command_handle(&app, commands, sizeof(commands) / sizeof(commands[0]), inmsg_http(req), tail);
+}
+
+static void consume(struct inmsg m, const char *type)
+{
+	command_handle(&app, commands, sizeof(commands) / sizeof(commands[0]), m, type);
 }
 
 static const struct httpd_route routes[] = {
@@ -76,6 +81,7 @@ int main(int argc, char **argv)
 		.npeers = sizeof(peers) / sizeof(peers[0]),
 		.admin = &admin,
 		.faults = true,
+		.consume = consume,
 	};
 	bool done;
 	int rc = app_init(&app, &spec, argc, argv, &done);

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
+#include "transport.h"
 
 #define DRAIN_LIMIT_MS 10000
 
@@ -32,11 +33,20 @@ static void readyz(struct evhttp_request *req, void *svc, const char *tail)
 {
 	struct app *app = svc;
 
+	const char *broker = app->transport->ops->broker_state(app->transport);
+	char body[64];
+
 	if (!db_pool_ready(app->pool) || app->stopping) {
 		httpd_unavailable(req);
 		return;
 	}
-	httpd_reply(req, 200, "{\"status\":\"ready\"}");
+	if (!broker) {
+		httpd_reply(req, 200, "{\"status\":\"ready\"}");
+		return;
+	}
+	/* the broker's state is reported, not required: orders wait in the outbox */
+	snprintf(body, sizeof(body), "{\"status\":\"ready\",\"broker\":\"%s\"}", broker);
+	httpd_reply(req, 200, body);
 }
 
 static void metrics(struct evhttp_request *req, void *svc, const char *tail)
@@ -117,7 +127,7 @@ static void admin_faults(struct evhttp_request *req, void *svc, const char *tail
 }
 
 struct delayed {
-	struct evhttp_request *req;
+	struct inmsg m;
 	struct app *app;
 	app_next_fn next;
 	char tail[128];
@@ -127,15 +137,14 @@ static void delayed_cb(evutil_socket_t fd, short what, void *arg)
 {
 	struct delayed *d = arg;
 
-	d->next(d->req, d->app, d->tail);
+	d->next(d->m, d->app, d->tail);
 	free(d);
 }
 
-bool app_fault_gate(struct app *app, struct evhttp_request *req, const char *tail,
-		    app_next_fn next)
+bool app_fault_gate(struct app *app, struct inmsg m, const char *tail, app_next_fn next)
 {
 	if (app->fail_rate > 0 && backoff_random() < app->fail_rate) {
-		httpd_error(req, 500, "injected_fault", "fault injection: failRate");
+		inmsg_error(m, 500, "injected_fault", "fault injection: failRate");
 		return true;
 	}
 	if (app->delay_ms > 0) {
@@ -145,7 +154,7 @@ bool app_fault_gate(struct app *app, struct evhttp_request *req, const char *tai
 
 		if (!d)
 			abort();
-		d->req = req;
+		d->m = m;
 		d->app = app;
 		d->next = next;
 		snprintf(d->tail, sizeof(d->tail), "%s", tail);
@@ -156,23 +165,28 @@ bool app_fault_gate(struct app *app, struct evhttp_request *req, const char *tai
 	return false;
 }
 
-void app_reply(struct app *app, struct evhttp_request *req, int status, const char *json)
+void app_reply(struct app *app, struct inmsg m, int status, const char *json)
 {
 	if (app->drop_rate > 0 && status < 300 && backoff_random() < app->drop_rate) {
-		httpd_drop(req);
+		inmsg_drop(m);
 		return;
 	}
-	httpd_reply(req, status, json);
+	inmsg_reply(m, status, json);
 }
 
 void app_db_error(struct evhttp_request *req, const struct db_error *err, const char *what)
 {
+	app_msg_db_error(inmsg_http(req), err, what);
+}
+
+void app_msg_db_error(struct inmsg m, const struct db_error *err, const char *what)
+{
 	if (err->status == DB_UNAVAILABLE) {
-		httpd_unavailable(req);
+		inmsg_unavailable(m);
 		return;
 	}
 	log_error("%s: database error %s: %s", what, err->sqlstate, err->message);
-	httpd_error(req, 500, "internal", "database error %s", err->sqlstate);
+	inmsg_error(m, 500, "internal", "database error %s", err->sqlstate);
 }
 
 static double gauge_pool_busy(void *arg)
@@ -218,6 +232,12 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	    "database connections of the pool");
 	VAR("RETENTION_S", ENVCFG_INT, &app->retention_s, "604800", 1, 315360000,
 	    "processed outbox rows and inbox rows older than this are deleted");
+	VAR("TRANSPORT", ENVCFG_STRING, &app->transport_name, "http", 0, 0,
+	    "how messages travel: http or amqp (all services alike)");
+	VAR("AMQP_URL", ENVCFG_STRING, &app->amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f", 0,
+	    0, "the broker, amqp://user:password@host:port/vhost (TRANSPORT=amqp)");
+	VAR("AMQP_PREFETCH", ENVCFG_INT, &app->amqp_prefetch, "64", 1, 65535,
+	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
 	VAR("LOG_LEVEL", ENVCFG_STRING, &app->log_level, "info", 0, 0,
 	    "debug, info, warn or error");
 	if (app->spec->faults) {
@@ -262,7 +282,7 @@ static int migrate(struct app *app)
 	return 0;
 }
 
-static int open_peers(struct app *app, struct outbox_peer *op, char *err, size_t errlen)
+static int open_peers(struct app *app, char *err, size_t errlen)
 {
 	struct httpc_opts o = {
 		.max_in_flight = 32,
@@ -272,7 +292,8 @@ static int open_peers(struct app *app, struct outbox_peer *op, char *err, size_t
 	};
 
 	app->peers = calloc(app->spec->npeers + 1, sizeof(*app->peers));
-	if (!app->peers)
+	app->dests = calloc(app->spec->npeers + 1, sizeof(*app->dests));
+	if (!app->peers || !app->dests)
 		abort();
 	for (size_t i = 0; i < app->spec->npeers; i++) {
 		const struct app_peer_spec *ps = &app->spec->peers[i];
@@ -283,8 +304,7 @@ static int open_peers(struct app *app, struct outbox_peer *op, char *err, size_t
 		app->peers[i] = httpc_peer_new(app->base, ps->destination, urls, &o, err, errlen);
 		if (!app->peers[i])
 			return -1;
-		op[i].destination = ps->destination;
-		op[i].peer = app->peers[i];
+		app->dests[i] = ps->destination;
 	}
 	return 0;
 }
@@ -361,10 +381,46 @@ static struct event_base *new_base(void)
 	return base;
 }
 
+static void broker_up(void *arg)
+{
+	struct app *app = arg;
+
+	/* rows that failed while it was away go now, not at their next sweep */
+	if (app->outbox)
+		outbox_kick(app->outbox);
+}
+
+static int open_transport(struct app *app, char *err, size_t errlen)
+{
+	if (strcmp(app->transport_name, "http") == 0) {
+		app->transport =
+			transport_http_new(app->dests, app->peers, app->spec->npeers, app->token);
+		return app->transport ? 0 : -1;
+	}
+	if (strcmp(app->transport_name, "amqp") != 0) {
+		snprintf(err, errlen, "TRANSPORT: expected http or amqp, got '%s'",
+			 app->transport_name);
+		return -1;
+	}
+	struct transport_amqp_opts o = {
+		.url = app->amqp_url,
+		.service = app->spec->service,
+		.prefetch = (int)app->amqp_prefetch,
+		.breaker_failures = (int)app->breaker_failures,
+		.breaker_open_ms = (int)app->breaker_open_ms,
+		.retry_base_ms = (int)app->retry_base_ms,
+		.retry_cap_ms = (int)app->retry_cap_ms,
+		.consume = app->spec->consume,
+		.on_up = broker_up,
+		.arg = app,
+	};
+	app->transport = transport_amqp_new(app->base, &o, err, errlen);
+	return app->transport ? 0 : -1;
+}
+
 int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv, bool *done)
 {
 	struct envcfg_var vars[64];
-	struct outbox_peer op[8];
 	char err[512], host[256];
 	size_t n;
 	int port;
@@ -403,6 +459,11 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 	log_min_level = lvl;
 	if (check_admin_token(app) != 0)
 		return 2;
+	if (strcmp(app->transport_name, "http") != 0 && strcmp(app->transport_name, "amqp") != 0) {
+		fprintf(stderr, "saga-%s: TRANSPORT: expected http or amqp, got '%s'\n",
+			spec->service, app->transport_name);
+		return 2;
+	}
 	if (envcfg_parse_addr(app->listen_addr, host, sizeof(host), &port) != 0) {
 		fprintf(stderr, "saga-%s: LISTEN_ADDR: expected host:port, got '%s'\n",
 			spec->service, app->listen_addr);
@@ -422,14 +483,17 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 			 gauge_pool_busy, app->pool);
 	metrics_gauge_fn("saga_db_pool_waiting", "Statements waiting for a pool connection", "",
 			 gauge_pool_waiting, app->pool);
-	if (open_peers(app, op, err, sizeof(err)) != 0) {
+	if (open_peers(app, err, sizeof(err)) != 0) {
+		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
+		return 2;
+	}
+	if (open_transport(app, err, sizeof(err)) != 0) {
 		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
 		return 2;
 	}
 	struct outbox_opts oo = {
 		.schema = spec->service,
 		.conninfo = app->database_url,
-		.token = app->token,
 		.batch = (int)app->batch,
 		.max_attempts = (int)app->retry_max,
 		.base_ms = (int)app->retry_base_ms,
@@ -438,7 +502,7 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 		.sweep_ms = 1000,
 		.retention_s = (int)app->retention_s,
 	};
-	app->outbox = outbox_new(app->base, app->pool, &oo, op, (int)spec->npeers);
+	app->outbox = outbox_new(app->base, app->pool, &oo, app->transport);
 	if (!app->outbox)
 		return 1;
 
@@ -467,6 +531,7 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
 	struct timeval tv = { 0, 20 * 1000 };
 
 	if ((httpd_in_flight(app->httpd) == 0 && outbox_idle(app->outbox) &&
+	     app->transport->ops->idle(app->transport) &&
 	     db_pool_busy(app->pool) == 0 && db_pool_waiting(app->pool) == 0) ||
 	    waited_ms >= DRAIN_LIMIT_MS) {
 		if (waited_ms >= DRAIN_LIMIT_MS)
@@ -488,6 +553,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	app->stopping = true;
 	httpd_stop_accepting(app->httpd);
 	outbox_stop(app->outbox);
+	app->transport->ops->stop(app->transport);
 	app->drain = evtimer_new(app->base, drain_cb, app);
 	drain_cb(-1, 0, app);
 }
@@ -510,9 +576,12 @@ void app_free(struct app *app)
 	httpd_free(app->httpd);
 	admin_disable();
 	outbox_free(app->outbox);
+	if (app->transport)
+		app->transport->ops->free(app->transport);
 	for (size_t i = 0; app->peers && i < app->spec->npeers; i++)
 		httpc_peer_free(app->peers[i]);
 	free(app->peers);
+	free(app->dests);
 	db_pool_free(app->pool);
 	if (app->base)
 		event_base_free(app->base);

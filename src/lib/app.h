@@ -14,6 +14,7 @@
 #include "envcfg.h"
 #include "httpd.h"
 #include "migrate.h"
+#include "transport.h"
 
 struct event_base;
 struct evhttp_request;
@@ -40,6 +41,7 @@ struct app_spec {
 	size_t npeers;
 	bool faults; /* FAULT_* settings and POST /admin/faults */
 	const struct admin_spec *admin; /* the service's admin API part (admin_api.h) */
+	inmsg_fn consume; /* messages from the broker (TRANSPORT=amqp) */
 };
 
 struct app {
@@ -49,6 +51,8 @@ struct app {
 	struct outbox *outbox;
 	struct httpd *httpd;
 	struct httpc_peer **peers;
+	const char **dests;        /* peers[i] serves dests[i] */
+	struct transport *transport;
 	void *svc; /* the service's own state */
 
 	/* common settings */
@@ -57,6 +61,8 @@ struct app {
 	const char *token;
 	const char *admin_token; /* ADMIN_TOKEN; NULL when unset: admin API off */
 	const char *log_level;
+	const char *transport_name, *amqp_url;
+	int64_t amqp_prefetch;
 	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
 	int64_t breaker_failures, breaker_open_ms, pool_size, retention_s;
 	/* faults (payment, inventory) */
@@ -82,22 +88,25 @@ void app_free(struct app *app);
 
 /*
  * Fault injection gate for an internal command handler, called first after
- * the token check. Returns true when it took over the request: answered 500
- * (fail rate) or arranged for next(req, app) to be called after the delay.
- * Returns false when the handler should go on at once.
+ * the token check (over HTTP) or on delivery (over AMQP). Returns true when
+ * it took over the message: answered 500 (fail rate) or arranged for
+ * next(m, app, tail) to be called after the delay. Returns false when the
+ * handler should go on at once.
  */
-typedef void (*app_next_fn)(struct evhttp_request *req, struct app *app, const char *tail);
-bool app_fault_gate(struct app *app, struct evhttp_request *req, const char *tail,
-		    app_next_fn next);
+typedef void (*app_next_fn)(struct inmsg m, struct app *app, const char *tail);
+bool app_fault_gate(struct app *app, struct inmsg m, const char *tail, app_next_fn next);
 
 /*
- * Answers, unless the drop-response fault fires: then the connection is
- * closed without an answer (the effect has committed).
+ * Answers, unless the drop-response fault fires: then the answer is lost
+ * (HTTP: the connection is closed; AMQP: not acknowledged, so redelivered)
+ * although the effect has committed.
  */
-void app_reply(struct app *app, struct evhttp_request *req, int status, const char *json);
+void app_reply(struct app *app, struct inmsg m, int status, const char *json);
 
 /* 503 for DB_UNAVAILABLE, else 500 (logged): the generic database failure. */
 struct db_error;
 void app_db_error(struct evhttp_request *req, const struct db_error *err, const char *what);
+/* The same as the answer to a message (HTTP or AMQP). */
+void app_msg_db_error(struct inmsg m, const struct db_error *err, const char *what);
 
 #endif

@@ -1,7 +1,6 @@
 /* command: see command.h. */
 #include "command.h"
 
-#include <event2/http.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +8,7 @@
 #include "app.h"
 #include "db.h"
 #include "httpd.h"
+#include "transport.h"
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
@@ -21,7 +21,7 @@ static size_t nregistered;
 
 struct cmd_ctx {
 	struct app *app;
-	struct evhttp_request *req;
+	struct inmsg m;
 	const struct command_type *type;
 	char command_id[UUID_STR_LEN];
 	char saga_id[UUID_STR_LEN];
@@ -41,26 +41,26 @@ static void handled(void *arg, PGresult *res, const struct db_error *err)
 			      .trace_id = c->trace[0] ? c->trace : NULL };
 
 	if (err->status != DB_OK) {
-		app_db_error(c->req, err, c->type->name);
+		app_msg_db_error(c->m, err, c->type->name);
 		free(c);
 		return;
 	}
 	if (strcmp(PQgetvalue(res, 0, 0), "duplicate") == 0) {
 		metrics_inc(duplicates(), "", 1);
 		LOG_AT(LOG_DEBUG, &lc, "%s again: already handled", c->type->name);
-		app_reply(c->app, c->req, 200, "{\"duplicated\":true}");
+		app_reply(c->app, c->m, 200, "{\"duplicated\":true}");
 	} else {
 		const char *event = PQgetvalue(res, 0, 0);
 
 		LOG_AT(LOG_INFO, &lc, "%s handled: %s", c->type->name, event);
 		outbox_send(c->app->outbox, PQgetvalue(res, 0, 1), "event", "orchestrator", event,
 			    PQgetvalue(res, 0, 2), c->trace[0] ? c->trace : NULL);
-		app_reply(c->app, c->req, 200, "{\"duplicated\":false}");
+		app_reply(c->app, c->m, 200, "{\"duplicated\":false}");
 	}
 	free(c);
 }
 
-static void run(struct evhttp_request *req, struct app *app, const char *tail)
+static void run(struct inmsg m, struct app *app, const char *tail)
 {
 	const struct command_type *type = NULL;
 	const char *params[4 + COMMAND_MAX_EXTRA], *bad = NULL, *cid, *sid;
@@ -73,15 +73,15 @@ static void run(struct evhttp_request *req, struct app *app, const char *tail)
 	for (size_t i = 0; i < nregistered; i++)
 		if (strcmp(registered[i].name, tail) == 0)
 			type = &registered[i];
-	body = httpd_body(req, &len);
+	body = inmsg_body(m, &len);
 	obj = jsonx_parse(body, len, err, sizeof(err));
 	if (!obj) {
-		httpd_error(req, 400, "invalid_json", "%s", err);
+		inmsg_error(m, 400, "invalid_json", "%s", err);
 		return;
 	}
 	if (!json_object_is_type(obj, json_type_object)) {
 		json_object_put(obj);
-		httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
+		inmsg_error(m, 400, "invalid_json", "the body must be a JSON object");
 		return;
 	}
 	if (jsonx_get_uuid(obj, "commandId", &cid) != 0)
@@ -91,7 +91,7 @@ static void run(struct evhttp_request *req, struct app *app, const char *tail)
 	else
 		bad = type->extract(obj, params + 2, buf);
 	if (bad) {
-		httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
+		inmsg_error(m, 400, "invalid_field", "%s is missing or invalid", bad);
 		json_object_put(obj);
 		return;
 	}
@@ -99,13 +99,13 @@ static void run(struct evhttp_request *req, struct app *app, const char *tail)
 	if (!c)
 		abort();
 	c->app = app;
-	c->req = req;
+	c->m = m;
 	c->type = type;
 	snprintf(c->command_id, sizeof(c->command_id), "%s", cid);
 	snprintf(c->saga_id, sizeof(c->saga_id), "%s", sid);
 	params[0] = cid;
 	params[1] = sid;
-	if (httpd_trace_id(httpd_header(req, "traceparent"), trace)) {
+	if (httpd_trace_id(inmsg_traceparent(m), trace)) {
 		memcpy(c->trace, trace, sizeof(c->trace));
 		params[2 + type->nextra] = c->trace;
 	} else {
@@ -117,7 +117,7 @@ static void run(struct evhttp_request *req, struct app *app, const char *tail)
 }
 
 void command_handle(struct app *app, const struct command_type *types, size_t ntypes,
-		    struct evhttp_request *req, const char *tail)
+		    struct inmsg m, const char *tail)
 {
 	bool known = false;
 
@@ -126,10 +126,10 @@ void command_handle(struct app *app, const struct command_type *types, size_t nt
 	for (size_t i = 0; i < ntypes; i++)
 		known |= strcmp(types[i].name, tail) == 0;
 	if (!known) {
-		httpd_error(req, 404, "unknown_type", "unknown command type");
+		inmsg_error(m, 404, "unknown_type", "unknown command type");
 		return;
 	}
-	if (app_fault_gate(app, req, tail, run))
+	if (app_fault_gate(app, m, tail, run))
 		return;
-	run(req, app, tail);
+	run(m, app, tail);
 }

@@ -1,6 +1,7 @@
 /*
- * command: the receiving side of POST /commands/{Type}, shared by payment
- * and inventory. Token already checked by httpd; then fault injection, then
+ * command: the receiving side of a command, shared by payment and inventory,
+ * whether it came as POST /commands/{Type} (token already checked by httpd)
+ * or as an AMQP delivery (transport.h). First fault injection, then
  * the body: commandId and sagaId (UUIDs) plus the type's own fields; then
  * one call of the type's SQL function, which records the command in the
  * inbox, does the effect and writes the answering event to the outbox in
@@ -13,8 +14,9 @@
 #include <json-c/json.h>
 #include <stddef.h>
 
+#include "transport.h"
+
 struct app;
-struct evhttp_request;
 
 #define COMMAND_MAX_EXTRA 4
 
@@ -35,8 +37,8 @@ struct command_type {
 			       char buf[COMMAND_MAX_EXTRA][32]);
 };
 
-/* Route handler body: tail is the {Type} part of the path. */
+/* Handles one command of type tail (the {Type} part of the path). */
 void command_handle(struct app *app, const struct command_type *types, size_t ntypes,
-		    struct evhttp_request *req, const char *tail);
+		    struct inmsg m, const char *tail);
 
 #endif

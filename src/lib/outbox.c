@@ -11,7 +11,7 @@
 
 #include "backoff.h"
 #include "db.h"
-#include "httpc.h"
+#include "transport.h"
 #include "log.h"
 #include "metrics.h"
 #include "uuid.h"
@@ -43,13 +43,14 @@ static const char stats_sql[] =
 static const char purge_sql[] = "SELECT purge_processed($1::int * interval '1 second', 500)";
 
 struct delivery {
+	struct transport_send send; /* the transport's, until delivered() */
 	struct outbox *ob;
 	char id[UUID_STR_LEN];
 	char type[64];
 	int attempts; /* before this one */
 	struct timespec start;
 	struct metric_series *latency;
-	const char *peer;
+	char peer[32];
 };
 
 struct outbox {
@@ -58,8 +59,7 @@ struct outbox {
 	struct db_listen *listen;
 	struct outbox_opts o;
 	char lease[16];
-	struct outbox_peer *peers;
-	int npeers;
+	struct transport *transport;
 	bool claiming, again, stopping;
 	bool more;         /* the last claim stopped short: due rows may remain */
 	int in_flight;     /* deliveries sent, not yet marked */
@@ -169,14 +169,9 @@ static void flush_acks(struct outbox *ob)
 	db_query(ob->pool, ack_sql, 1, params, ack_done, ob);
 }
 
-static bool retryable(int status)
+static void delivered(struct transport_send *s, const struct transport_result *r)
 {
-	return status == 0 || status >= 500 || status == 408 || status == 429;
-}
-
-static void delivered(void *arg, const struct httpc_result *r)
-{
-	struct delivery *d = arg;
+	struct delivery *d = (struct delivery *)s;
 	struct outbox *ob = d->ob;
 	struct timespec end;
 	char labels[160];
@@ -184,7 +179,7 @@ static void delivered(void *arg, const struct httpc_result *r)
 
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	ob->in_flight--;
-	if (r->status >= 200 && r->status < 300) {
+	if (r->outcome == TRANSPORT_OK) {
 		outcome = "ok";
 		metric_observe(d->latency, (double)(end.tv_sec - d->start.tv_sec) +
 						   (double)(end.tv_nsec - d->start.tv_nsec) / 1e9);
@@ -199,26 +194,23 @@ static void delivered(void *arg, const struct httpc_result *r)
 		event_active(ob->ack_ev, EV_TIMEOUT, 0);
 	} else {
 		char delay_s[32], add_s[4], err_s[300];
-		bool dead, not_attempted = r->status == 0 && r->not_before_ms > 0;
+		bool dead, not_attempted = r->outcome == TRANSPORT_NOT_ATTEMPTED;
 		int64_t delay;
 
 		if (not_attempted) {
 			outcome = "circuit_open";
 			dead = false;
-			delay = r->not_before_ms;
+			delay = r->delay_ms;
 		} else {
-			dead = !retryable(r->status) || d->attempts + 1 >= ob->o.max_attempts;
+			dead = r->outcome == TRANSPORT_REFUSED ||
+			       d->attempts + 1 >= ob->o.max_attempts;
 			outcome = dead ? "dead" : "retry";
 			delay = backoff_delay_ms(ob->o.base_ms, ob->o.cap_ms, d->attempts + 1,
 						 backoff_random());
-			if (r->retry_after_ms >= 0)
-				delay = r->retry_after_ms < ob->o.cap_ms ? r->retry_after_ms
-									 : ob->o.cap_ms;
+			if (r->delay_ms >= 0)
+				delay = r->delay_ms < ob->o.cap_ms ? r->delay_ms : ob->o.cap_ms;
 		}
-		if (r->status == 0)
-			snprintf(err_s, sizeof(err_s), "%s: %s", r->instance, r->error);
-		else
-			snprintf(err_s, sizeof(err_s), "%s: HTTP %d", r->instance, r->status);
+		snprintf(err_s, sizeof(err_s), "%s: %s", r->where, r->error);
 		snprintf(delay_s, sizeof(delay_s), "%" PRId64, delay);
 		snprintf(add_s, sizeof(add_s), "%d", not_attempted ? 0 : 1);
 		const char *params[5] = { d->id, add_s, delay_s, dead ? "true" : "false", err_s };
@@ -244,54 +236,28 @@ static void delivered(void *arg, const struct httpc_result *r)
 		outbox_kick(ob);
 }
 
-static struct httpc_peer *peer_for(struct outbox *ob, const char *destination)
-{
-	for (int i = 0; i < ob->npeers; i++)
-		if (strcmp(ob->peers[i].destination, destination) == 0)
-			return ob->peers[i].peer;
-	return NULL;
-}
-
 /* Sends one message; its row is claimed (leased) already. */
 static void deliver(struct outbox *ob, const char *id, const char *kind, const char *dest,
 		    const char *type, const char *payload, size_t len, int attempts,
 		    const char *trace)
 {
-	struct httpc_peer *peer = peer_for(ob, dest);
 	struct delivery *d = calloc(1, sizeof(*d));
-	char path[128], auth[300], traceparent[64], span[UUID_STR_LEN], l[80];
-	const char *headers[5] = { "Authorization", auth, NULL, NULL, NULL };
+	char l[80];
+	const struct transport_msg m = { id, kind, dest, type, payload, len, trace };
 
 	if (!d)
 		abort();
+	d->send.cb = delivered;
 	d->ob = ob;
 	snprintf(d->id, sizeof(d->id), "%s", id);
 	snprintf(d->type, sizeof(d->type), "%s", type);
+	snprintf(d->peer, sizeof(d->peer), "%s", dest);
 	d->attempts = attempts;
 	clock_gettime(CLOCK_MONOTONIC, &d->start);
 	ob->in_flight++;
-	d->peer = peer ? httpc_name(peer) : "unknown";
 	snprintf(l, sizeof(l), "peer=\"%s\"", d->peer);
 	d->latency = metrics_series(ob->latency, l);
-	if (!peer) {
-		/* a destination nobody configured: nothing to wait for */
-		struct httpc_result r = { .status = 400, .error = "unknown destination",
-					  .retry_after_ms = -1, .instance = dest };
-		delivered(d, &r);
-		return;
-	}
-	snprintf(path, sizeof(path), "/%s/%s", strcmp(kind, "command") == 0 ? "commands" : "events",
-		 type);
-	snprintf(auth, sizeof(auth), "Bearer %s", ob->o.token);
-	if (trace && strlen(trace) == 32) {
-		/* W3C trace context: same trace, a new span for this hop */
-		uuid_new(span);
-		snprintf(traceparent, sizeof(traceparent), "00-%s-%.8s%.4s%.4s-01", trace, span,
-			 span + 9, span + 14);
-		headers[2] = "traceparent";
-		headers[3] = traceparent;
-	}
-	httpc_post(peer, path, payload, len, headers, delivered, d);
+	transport_send(ob->transport, &m, &d->send);
 }
 
 void outbox_send(struct outbox *ob, const char *id, const char *kind, const char *dest,
@@ -391,8 +357,7 @@ static void purge_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
-			  const struct outbox_opts *opts, const struct outbox_peer *peers,
-			  int npeers)
+			  const struct outbox_opts *opts, struct transport *transport)
 {
 	struct outbox *ob = calloc(1, sizeof(*ob));
 	char channel[80];
@@ -404,13 +369,7 @@ struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
 	ob->pool = pool;
 	ob->o = *opts;
 	snprintf(ob->lease, sizeof(ob->lease), "%d", opts->lease_ms);
-	ob->peers = calloc((size_t)npeers + 1, sizeof(*peers));
-	if (!ob->peers) {
-		outbox_free(ob);
-		return NULL;
-	}
-	memcpy(ob->peers, peers, (size_t)npeers * sizeof(*peers));
-	ob->npeers = npeers;
+	ob->transport = transport;
 	ob->attempts_total = metrics_family("saga_outbox_delivery_attempts_total",
 					    "Outbox delivery attempts by peer and outcome",
 					    METRIC_COUNTER);
@@ -480,7 +439,6 @@ void outbox_free(struct outbox *ob)
 	if (ob->stats_timer)
 		event_free(ob->stats_timer);
 	db_listen_free(ob->listen);
-	free(ob->peers);
 	free(ob->acks);
 	free(ob);
 }

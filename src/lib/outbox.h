@@ -6,16 +6,17 @@
  * (retries falling due, and anything a lost notification left behind) and
  * after its LISTEN connection (re)connects. Each round claims up to batch due
  * rows with FOR UPDATE SKIP LOCKED, pushing their next_attempt_at a lease
- * ahead instead of holding a transaction across the HTTP call; a dispatcher
+ * ahead instead of holding a transaction across the delivery; a dispatcher
  * that dies leaves its rows to be claimed again when the lease runs out.
- * Rows are delivered concurrently; successes are marked processed in batches.
+ * Rows are delivered concurrently through a transport (transport.h: HTTP or
+ * AMQP); successes are marked processed in batches.
  *
- * Delivery policy: 2xx is done; 5xx, 408, 429 and transport errors are
- * retried after an exponential backoff with full jitter (a Retry-After
- * replaces the computed delay, capped); any other status, or the last
- * allowed attempt failing, makes a dead letter. A refusal by an open circuit
- * breaker is not an attempt: the row is just put off until the circuit
- * lets a probe through.
+ * Delivery policy, whatever the transport: TRANSPORT_OK is done; a
+ * TRANSPORT_RETRY is retried after an exponential backoff with full jitter
+ * (a delay the peer asked for replaces the computed one, capped); a
+ * TRANSPORT_REFUSED, or the last allowed attempt failing, makes a dead
+ * letter. A refusal by an open circuit breaker is not an attempt: the row is
+ * just put off until the circuit lets a probe through.
  */
 #ifndef PGSAGA_OUTBOX_H
 #define PGSAGA_OUTBOX_H
@@ -24,13 +25,12 @@
 
 struct event_base;
 struct db_pool;
-struct httpc_peer;
 struct outbox;
+struct transport;
 
 struct outbox_opts {
 	const char *schema;      /* its outbox; LISTEN channel <schema>_outbox */
 	const char *conninfo;    /* for the LISTEN connection */
-	const char *token;       /* sent as Authorization: Bearer */
 	int batch;               /* rows per claim */
 	int max_attempts;
 	int base_ms, cap_ms;     /* backoff */
@@ -39,15 +39,12 @@ struct outbox_opts {
 	int retention_s;         /* processed rows and inbox rows kept this long */
 };
 
-struct outbox_peer {
-	const char *destination; /* value of outbox_messages.destination */
-	struct httpc_peer *peer;
-};
-
-/* opts and peers are copied; the strings they point to are borrowed. */
+/*
+ * opts is copied; the strings it points to and transport are borrowed and
+ * must outlive the outbox.
+ */
 struct outbox *outbox_new(struct event_base *base, struct db_pool *pool,
-			  const struct outbox_opts *opts, const struct outbox_peer *peers,
-			  int npeers);
+			  const struct outbox_opts *opts, struct transport *transport);
 
 /* Wake the dispatcher: this process just committed an outbox row. */
 void outbox_kick(struct outbox *ob);

@@ -314,7 +314,7 @@ struct transition {
 	char cmd_id[UUID_STR_LEN];
 	char payload[160];
 	void (*done)(struct transition *t, enum outcome o);
-	struct evhttp_request *req;  /* events only */
+	struct inmsg m;              /* events only */
 	char *reason;                /* cancellations only (malloc'd) */
 	saga_apply_cb ext_done;      /* saga_transition_apply's caller */
 	void *ext_arg;
@@ -420,37 +420,38 @@ static bool transition_decide(struct transition *t, enum saga_state from, enum s
 
 static void event_done(struct transition *t, enum outcome o)
 {
-	struct evhttp_request *req = t->req;
+	struct inmsg m = t->m;
 	char body[128];
 
 	switch (o) {
 	case OUT_APPLIED:
-		httpd_reply(req, 200, "{\"duplicated\":false}");
+		inmsg_reply(m, 200, "{\"duplicated\":false}");
 		break;
 	case OUT_DUPLICATE:
 		metrics_inc(metrics_family("saga_inbox_duplicates_total",
 					   "Messages received again and not applied again",
 					   METRIC_COUNTER),
 			    "", 1);
-		httpd_reply(req, 200, "{\"duplicated\":true}");
+		inmsg_reply(m, 200, "{\"duplicated\":true}");
 		break;
 	case OUT_IGNORED:
 		snprintf(body, sizeof(body), "{\"ignored\":true,\"reason\":\"%s\"}", t->why);
-		httpd_reply(req, 200, body);
+		inmsg_reply(m, 200, body);
 		break;
 	case OUT_NOT_FOUND:
-		httpd_error(req, 404, "not_found", "no such saga");
+		inmsg_error(m, 404, "not_found", "no such saga");
 		break;
 	case OUT_DB_ERROR:
-		app_db_error(req, &t->err, "event");
+		app_msg_db_error(m, &t->err, "event");
 		break;
 	}
 	free(t);
 }
 
-static void post_event(struct evhttp_request *req, void *svc, const char *tail)
+/* An event from payment or inventory, over HTTP or AMQP. */
+static void handle_event(struct inmsg m, const char *type)
 {
-	int ev = saga_event_parse(tail);
+	int ev = saga_event_parse(type);
 	const char *event_id, *saga_id, *reason, *bad = NULL;
 	struct json_object *obj;
 	struct transition *t;
@@ -459,13 +460,13 @@ static void post_event(struct evhttp_request *req, void *svc, const char *tail)
 	const char *body;
 
 	if (ev < 0 || !saga_event_is_message((enum saga_event)ev)) {
-		httpd_error(req, 404, "unknown_type", "unknown event type");
+		inmsg_error(m, 404, "unknown_type", "unknown event type");
 		return;
 	}
-	body = httpd_body(req, &len);
+	body = inmsg_body(m, &len);
 	obj = jsonx_parse(body, len, err, sizeof(err));
 	if (!obj) {
-		httpd_error(req, 400, "invalid_json", "%s", err);
+		inmsg_error(m, 400, "invalid_json", "%s", err);
 		return;
 	}
 	if (!json_object_is_type(obj, json_type_object))
@@ -478,7 +479,7 @@ static void post_event(struct evhttp_request *req, void *svc, const char *tail)
 		 jsonx_get_str(obj, "reason", 200, &reason) != 0)
 		bad = "reason";
 	if (bad) {
-		httpd_error(req, 400, strcmp(bad, "body") ? "invalid_field" : "invalid_json",
+		inmsg_error(m, 400, strcmp(bad, "body") ? "invalid_field" : "invalid_json",
 			    "%s is missing or invalid", bad);
 		json_object_put(obj);
 		return;
@@ -487,7 +488,7 @@ static void post_event(struct evhttp_request *req, void *svc, const char *tail)
 	if (!t)
 		abort();
 	t->ev = (enum saga_event)ev;
-	t->req = req;
+	t->m = m;
 	t->done = event_done;
 	snprintf(t->event_id, sizeof(t->event_id), "%s", event_id);
 	snprintf(t->saga_id, sizeof(t->saga_id), "%s", saga_id);
@@ -499,6 +500,11 @@ static void post_event(struct evhttp_request *req, void *svc, const char *tail)
 	if (!saga_expected(t->ev, &from, &undo) || !transition_decide(t, from, undo))
 		abort(); /* saga_fsm guarantees one state per event (unit-tested) */
 	transition_send(t);
+}
+
+static void post_event(struct evhttp_request *req, void *svc, const char *tail)
+{
+	handle_event(inmsg_http(req), tail);
 }
 
 /* Step deadlines: sagas past theirs compensate (StepTimeout). */
@@ -660,6 +666,7 @@ static const struct app_spec spec = {
 	.peers = peers,
 	.npeers = sizeof(peers) / sizeof(peers[0]),
 	.admin = &admin_sagas_spec,
+	.consume = handle_event,
 };
 
 int main(int argc, char **argv)

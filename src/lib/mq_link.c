@@ -1,0 +1,799 @@
+/* mq_link: see mq_link.h. Everything named thread_* runs on the link's thread. */
+#include "mq_link.h"
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "backoff.h"
+#include "log.h"
+
+#define CHANNEL 1
+#define HEARTBEAT_S 10
+#define RPC_TIMEOUT_S 5
+#define RECONNECT_MIN_MS 100
+#define RECONNECT_MAX_MS 5000
+
+struct settle {
+	uint64_t generation, tag;
+	enum mq_settle how;
+};
+
+struct mq_link {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	int loop_fd; /* records for the loop */
+	int wake_fd; /* work for the thread */
+
+	/* under mu */
+	struct mq_msg *out_head, *out_tail;  /* to the loop */
+	struct mq_msg *pub_head, *pub_tail;  /* publishes not yet handed to the thread */
+	struct settle *settles;
+	size_t nsettles, settles_cap;
+	bool stopping, pause_consuming;
+
+	/* the thread's own */
+	char *url;
+	struct amqp_connection_info ci;
+	char service[32], queue[48];
+	char **queues;
+	int prefetch, window;
+	amqp_connection_state_t conn;
+	uint64_t generation, seq;
+	struct mq_msg *wait_head, *wait_tail;      /* publishes waiting for room */
+	struct mq_msg *unconf_head, *unconf_tail;  /* sent, by seq */
+	int nunconf;
+	bool blocked, consuming;
+	int64_t next_connect_ms;
+	int64_t stop_by_ms; /* stopping: give up on confirms after this */
+	int backoff_ms;
+	char why[160];
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void signal_fd(int fd)
+{
+	uint64_t one = 1;
+
+	while (write(fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+static void drain_fd(int fd)
+{
+	uint64_t n;
+
+	while (read(fd, &n, sizeof(n)) < 0 && errno == EINTR)
+		;
+}
+
+struct mq_msg *mq_msg_new(size_t len)
+{
+	struct mq_msg *m = calloc(1, sizeof(*m) + len + 1);
+
+	if (!m)
+		abort();
+	m->len = len;
+	return m;
+}
+
+static void append(struct mq_msg **head, struct mq_msg **tail, struct mq_msg *m)
+{
+	m->next = NULL;
+	if (*tail)
+		(*tail)->next = m;
+	else
+		*head = m;
+	*tail = m;
+}
+
+static struct mq_msg *pop(struct mq_msg **head, struct mq_msg **tail)
+{
+	struct mq_msg *m = *head;
+
+	if (m) {
+		*head = m->next;
+		if (!*head)
+			*tail = NULL;
+		m->next = NULL;
+	}
+	return m;
+}
+
+/* --- the loop's side ------------------------------------------------------ */
+
+int mq_link_fd(const struct mq_link *l)
+{
+	return l->loop_fd;
+}
+
+struct mq_msg *mq_link_take(struct mq_link *l)
+{
+	struct mq_msg *m;
+
+	drain_fd(l->loop_fd);
+	pthread_mutex_lock(&l->mu);
+	m = l->out_head;
+	l->out_head = l->out_tail = NULL;
+	pthread_mutex_unlock(&l->mu);
+	return m;
+}
+
+void mq_link_publish(struct mq_link *l, struct mq_msg *m)
+{
+	pthread_mutex_lock(&l->mu);
+	append(&l->pub_head, &l->pub_tail, m);
+	pthread_mutex_unlock(&l->mu);
+	signal_fd(l->wake_fd);
+}
+
+void mq_link_settle(struct mq_link *l, uint64_t generation, uint64_t tag, enum mq_settle how)
+{
+	pthread_mutex_lock(&l->mu);
+	if (l->nsettles == l->settles_cap) {
+		l->settles_cap = l->settles_cap ? 2 * l->settles_cap : 64;
+		l->settles = realloc(l->settles, l->settles_cap * sizeof(*l->settles));
+		if (!l->settles)
+			abort();
+	}
+	l->settles[l->nsettles++] = (struct settle){ generation, tag, how };
+	pthread_mutex_unlock(&l->mu);
+	signal_fd(l->wake_fd);
+}
+
+void mq_link_pause_consuming(struct mq_link *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->pause_consuming = true;
+	pthread_mutex_unlock(&l->mu);
+	signal_fd(l->wake_fd);
+}
+
+/* --- the thread: talking to the loop -------------------------------------- */
+
+static void thread_to_loop(struct mq_link *l, struct mq_msg *m)
+{
+	bool was_empty;
+
+	pthread_mutex_lock(&l->mu);
+	was_empty = l->out_head == NULL;
+	append(&l->out_head, &l->out_tail, m);
+	pthread_mutex_unlock(&l->mu);
+	if (was_empty)
+		signal_fd(l->loop_fd);
+}
+
+static void thread_state(struct mq_link *l)
+{
+	struct mq_msg *m = mq_msg_new(0);
+
+	m->kind = MQ_STATE;
+	m->up = l->conn != NULL;
+	m->blocked = l->blocked;
+	snprintf(m->error, sizeof(m->error), "%s", l->why);
+	thread_to_loop(l, m);
+}
+
+static void thread_confirm(struct mq_link *l, struct mq_msg *m, bool ok, const char *why)
+{
+	m->kind = MQ_CONFIRMED;
+	m->ok = ok;
+	if (!ok && !m->error[0])
+		snprintf(m->error, sizeof(m->error), "%s", why);
+	thread_to_loop(l, m);
+}
+
+/* --- the thread: the connection -------------------------------------------- */
+
+static bool rpc_ok(struct mq_link *l, const char *what)
+{
+	amqp_rpc_reply_t r = amqp_get_rpc_reply(l->conn);
+
+	switch (r.reply_type) {
+	case AMQP_RESPONSE_NORMAL:
+		return true;
+	case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+		snprintf(l->why, sizeof(l->why), "%s: %s", what, amqp_error_string2(r.library_error));
+		return false;
+	case AMQP_RESPONSE_SERVER_EXCEPTION:
+		if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+			amqp_channel_close_t *c = r.reply.decoded;
+
+			snprintf(l->why, sizeof(l->why), "%s: %.*s", what, (int)c->reply_text.len,
+				 (char *)c->reply_text.bytes);
+		} else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+			amqp_connection_close_t *c = r.reply.decoded;
+
+			snprintf(l->why, sizeof(l->why), "%s: %.*s", what, (int)c->reply_text.len,
+				 (char *)c->reply_text.bytes);
+		} else {
+			snprintf(l->why, sizeof(l->why), "%s: server error", what);
+		}
+		return false;
+	default:
+		snprintf(l->why, sizeof(l->why), "%s: no reply", what);
+		return false;
+	}
+}
+
+static amqp_table_entry_t entry_str(const char *k, const char *v)
+{
+	amqp_table_entry_t e;
+
+	e.key = amqp_cstring_bytes(k);
+	e.value.kind = AMQP_FIELD_KIND_UTF8;
+	e.value.value.bytes = amqp_cstring_bytes(v);
+	return e;
+}
+
+static amqp_table_entry_t entry_bool(const char *k)
+{
+	amqp_table_entry_t e;
+
+	e.key = amqp_cstring_bytes(k);
+	e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
+	e.value.value.boolean = 1;
+	return e;
+}
+
+/* SPEC §8: declared by every service at start; declaring again is harmless. */
+static bool thread_declare(struct mq_link *l)
+{
+	amqp_connection_state_t c = l->conn;
+	amqp_table_entry_t qargs[2] = { entry_str("x-queue-type", "quorum"),
+					entry_str("x-dead-letter-exchange", "pgsaga.dead") };
+	amqp_table_t qt = { 2, qargs };
+	char q[48];
+
+	amqp_exchange_declare(c, CHANNEL, amqp_cstring_bytes("pgsaga"), amqp_cstring_bytes("direct"),
+			      0, 1, 0, 0, amqp_empty_table);
+	if (!rpc_ok(l, "declaring exchange pgsaga"))
+		return false;
+	amqp_exchange_declare(c, CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
+			      amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
+	if (!rpc_ok(l, "declaring exchange pgsaga.dead"))
+		return false;
+	amqp_queue_declare(c, CHANNEL, amqp_cstring_bytes("pgsaga.dead"), 0, 1, 0, 0,
+			   amqp_empty_table);
+	if (!rpc_ok(l, "declaring queue pgsaga.dead"))
+		return false;
+	amqp_queue_bind(c, CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
+			amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
+	if (!rpc_ok(l, "binding queue pgsaga.dead"))
+		return false;
+	for (char **s = l->queues; *s; s++) {
+		snprintf(q, sizeof(q), "pgsaga.%s", *s);
+		amqp_queue_declare(c, CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qt);
+		if (!rpc_ok(l, "declaring a service queue"))
+			return false;
+		amqp_queue_bind(c, CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes("pgsaga"),
+				amqp_cstring_bytes(*s), amqp_empty_table);
+		if (!rpc_ok(l, "binding a service queue"))
+			return false;
+	}
+	return true;
+}
+
+static bool thread_open(struct mq_link *l)
+{
+	struct timeval tv = { RPC_TIMEOUT_S, 0 };
+	amqp_socket_t *sock;
+	amqp_table_entry_t caps[4] = { entry_bool("connection.blocked"),
+				       entry_bool("consumer_cancel_notify"),
+				       entry_bool("publisher_confirms"), entry_bool("basic.nack") };
+	amqp_table_entry_t props[2];
+	amqp_table_t pt = { 2, props };
+	int rc;
+
+	props[0].key = amqp_cstring_bytes("capabilities");
+	props[0].value.kind = AMQP_FIELD_KIND_TABLE;
+	props[0].value.value.table = (amqp_table_t){ 4, caps };
+	props[1] = entry_str("connection_name", l->service);
+	l->conn = amqp_new_connection();
+	sock = amqp_tcp_socket_new(l->conn);
+	if (!sock) {
+		snprintf(l->why, sizeof(l->why), "cannot create a socket");
+		return false;
+	}
+	amqp_set_handshake_timeout(l->conn, &tv);
+	amqp_set_rpc_timeout(l->conn, &tv);
+	rc = amqp_socket_open_noblock(sock, l->ci.host, l->ci.port, &tv);
+	if (rc != AMQP_STATUS_OK) {
+		snprintf(l->why, sizeof(l->why), "connecting to %s:%d: %s", l->ci.host, l->ci.port,
+			 amqp_error_string2(rc));
+		return false;
+	}
+	{
+		amqp_rpc_reply_t r = amqp_login_with_properties(
+			l->conn, l->ci.vhost, 0, 131072, HEARTBEAT_S, &pt, AMQP_SASL_METHOD_PLAIN,
+			l->ci.user, l->ci.password);
+
+		if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+			snprintf(l->why, sizeof(l->why), "login to %s:%d refused or failed",
+				 l->ci.host, l->ci.port);
+			return false;
+		}
+	}
+	amqp_channel_open(l->conn, CHANNEL);
+	if (!rpc_ok(l, "opening a channel") || !thread_declare(l))
+		return false;
+	amqp_confirm_select(l->conn, CHANNEL);
+	if (!rpc_ok(l, "confirm.select"))
+		return false;
+	amqp_basic_qos(l->conn, CHANNEL, 0, (uint16_t)l->prefetch, 0);
+	if (!rpc_ok(l, "basic.qos"))
+		return false;
+	return true;
+}
+
+static bool thread_consume(struct mq_link *l)
+{
+	amqp_basic_consume(l->conn, CHANNEL, amqp_cstring_bytes(l->queue), amqp_empty_bytes, 0, 0,
+			   0, amqp_empty_table);
+	if (!rpc_ok(l, "basic.consume"))
+		return false;
+	l->consuming = true;
+	return true;
+}
+
+static void thread_connect(struct mq_link *l, bool consume)
+{
+	l->why[0] = '\0';
+	if (thread_open(l) && (!consume || thread_consume(l))) {
+		l->generation++;
+		l->seq = 0;
+		l->blocked = false;
+		l->backoff_ms = RECONNECT_MIN_MS;
+		log_info("amqp: connected to %s:%d", l->ci.host, l->ci.port);
+		thread_state(l);
+		return;
+	}
+	log_warn("amqp: %s; retrying in about %d ms", l->why, l->backoff_ms);
+	if (l->conn)
+		amqp_destroy_connection(l->conn);
+	l->conn = NULL;
+	l->consuming = false;
+	l->next_connect_ms = mono_ms() + backoff_delay_ms(l->backoff_ms / 2, l->backoff_ms, 1,
+							 backoff_random()) + l->backoff_ms / 2;
+	l->backoff_ms = l->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : l->backoff_ms * 2;
+}
+
+/* The connection is gone: everything unconfirmed failed. */
+static void thread_lose(struct mq_link *l)
+{
+	struct mq_msg *m;
+	char why[200];
+
+	log_warn("amqp: connection lost: %s", l->why);
+	snprintf(why, sizeof(why), "connection lost: %s", l->why);
+	amqp_destroy_connection(l->conn);
+	l->conn = NULL;
+	l->consuming = false;
+	l->blocked = false;
+	while ((m = pop(&l->unconf_head, &l->unconf_tail)) != NULL)
+		thread_confirm(l, m, false, why);
+	l->nunconf = 0;
+	l->next_connect_ms = mono_ms() + RECONNECT_MIN_MS;
+	thread_state(l);
+}
+
+/* basic.ack / basic.nack for seq (and all before it when multiple). */
+static void thread_confirmed(struct mq_link *l, uint64_t seq, bool multiple, bool ack)
+{
+	while (l->unconf_head && l->unconf_head->tag <= seq) {
+		struct mq_msg *m = l->unconf_head;
+
+		if (!multiple && m->tag != seq)
+			break; /* acks may come out of order only when not multiple */
+		pop(&l->unconf_head, &l->unconf_tail);
+		l->nunconf--;
+		thread_confirm(l, m, ack && !m->error[0], ack ? "" : "nacked by the broker");
+	}
+	if (!multiple) {
+		/* an out-of-order single confirm: find it */
+		for (struct mq_msg **p = &l->unconf_head; *p; p = &(*p)->next) {
+			if ((*p)->tag != seq)
+				continue;
+			struct mq_msg *m = *p;
+
+			*p = m->next;
+			if (l->unconf_tail == m) {
+				l->unconf_tail = NULL;
+				for (struct mq_msg *t = l->unconf_head; t; t = t->next)
+					l->unconf_tail = t;
+			}
+			l->nunconf--;
+			thread_confirm(l, m, ack && !m->error[0], ack ? "" : "nacked by the broker");
+			break;
+		}
+	}
+}
+
+static void copy_bytes(char *dst, size_t cap, amqp_bytes_t b)
+{
+	size_t n = b.len < cap - 1 ? b.len : cap - 1;
+
+	memcpy(dst, b.bytes, n);
+	dst[n] = '\0';
+}
+
+static const amqp_field_value_t *header(const amqp_basic_properties_t *p, const char *key)
+{
+	if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+		return NULL;
+	for (int i = 0; i < p->headers.num_entries; i++) {
+		const amqp_table_entry_t *e = &p->headers.entries[i];
+
+		if (e->key.len == strlen(key) && memcmp(e->key.bytes, key, e->key.len) == 0)
+			return &e->value;
+	}
+	return NULL;
+}
+
+static long header_long(const amqp_field_value_t *v)
+{
+	if (!v)
+		return 0;
+	switch (v->kind) {
+	case AMQP_FIELD_KIND_I8: return v->value.i8;
+	case AMQP_FIELD_KIND_U8: return v->value.u8;
+	case AMQP_FIELD_KIND_I16: return v->value.i16;
+	case AMQP_FIELD_KIND_U16: return v->value.u16;
+	case AMQP_FIELD_KIND_I32: return v->value.i32;
+	case AMQP_FIELD_KIND_U32: return (long)v->value.u32;
+	case AMQP_FIELD_KIND_I64: return (long)v->value.i64;
+	case AMQP_FIELD_KIND_U64: return (long)v->value.u64;
+	default: return 0;
+	}
+}
+
+static bool thread_delivery(struct mq_link *l, uint64_t tag, bool redelivered)
+{
+	amqp_message_t msg;
+	amqp_rpc_reply_t r = amqp_read_message(l->conn, CHANNEL, &msg, 0);
+	const amqp_basic_properties_t *p = &msg.properties;
+	const amqp_field_value_t *tp;
+	struct mq_msg *m;
+
+	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+		snprintf(l->why, sizeof(l->why), "reading a delivery failed");
+		return false;
+	}
+	m = mq_msg_new(msg.body.len);
+	m->kind = MQ_DELIVERY;
+	m->generation = l->generation;
+	m->tag = tag;
+	m->redelivered = redelivered;
+	memcpy(m->body, msg.body.bytes, msg.body.len);
+	if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+		copy_bytes(m->id, sizeof(m->id), p->message_id);
+	if (p->_flags & AMQP_BASIC_TYPE_FLAG)
+		copy_bytes(m->type, sizeof(m->type), p->type);
+	tp = header(p, "traceparent");
+	if (tp && (tp->kind == AMQP_FIELD_KIND_UTF8 || tp->kind == AMQP_FIELD_KIND_BYTES))
+		copy_bytes(m->traceparent, sizeof(m->traceparent), tp->value.bytes);
+	m->delivery_count = header_long(header(p, "x-delivery-count"));
+	amqp_destroy_message(&msg);
+	thread_to_loop(l, m);
+	return true;
+}
+
+/* A basic.return: the message it carries will be confirmed, but failed. */
+static bool thread_returned(struct mq_link *l, const amqp_basic_return_t *rt)
+{
+	char text[96], id[64] = "";
+	amqp_message_t msg;
+	amqp_rpc_reply_t r;
+
+	copy_bytes(text, sizeof(text), rt->reply_text);
+	r = amqp_read_message(l->conn, CHANNEL, &msg, 0);
+	if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+		snprintf(l->why, sizeof(l->why), "reading a returned message failed");
+		return false;
+	}
+	if (msg.properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+		copy_bytes(id, sizeof(id), msg.properties.message_id);
+	amqp_destroy_message(&msg);
+	for (struct mq_msg *m = l->unconf_head; m; m = m->next)
+		if (strcmp(m->id, id) == 0 && !m->error[0]) {
+			snprintf(m->error, sizeof(m->error), "returned by the broker: %s", text);
+			break;
+		}
+	return true;
+}
+
+/* Reads whatever the broker sent, without waiting. false: connection lost. */
+static bool thread_read(struct mq_link *l)
+{
+	struct timeval zero = { 0, 0 };
+	amqp_frame_t f;
+
+	for (;;) {
+		int rc = amqp_simple_wait_frame_noblock(l->conn, &f, &zero);
+
+		if (rc == AMQP_STATUS_TIMEOUT)
+			return true;
+		if (rc != AMQP_STATUS_OK) {
+			snprintf(l->why, sizeof(l->why), "%s", amqp_error_string2(rc));
+			return false;
+		}
+		if (f.frame_type != AMQP_FRAME_METHOD)
+			continue;
+		switch (f.payload.method.id) {
+		case AMQP_BASIC_ACK_METHOD: {
+			amqp_basic_ack_t *a = f.payload.method.decoded;
+
+			thread_confirmed(l, a->delivery_tag, a->multiple, true);
+			break;
+		}
+		case AMQP_BASIC_NACK_METHOD: {
+			amqp_basic_nack_t *n = f.payload.method.decoded;
+
+			thread_confirmed(l, n->delivery_tag, n->multiple, false);
+			break;
+		}
+		case AMQP_BASIC_RETURN_METHOD:
+			if (!thread_returned(l, f.payload.method.decoded))
+				return false;
+			break;
+		case AMQP_BASIC_DELIVER_METHOD: {
+			amqp_basic_deliver_t *d = f.payload.method.decoded;
+
+			if (!thread_delivery(l, d->delivery_tag, d->redelivered))
+				return false;
+			break;
+		}
+		case AMQP_CONNECTION_BLOCKED_METHOD:
+		case AMQP_CONNECTION_UNBLOCKED_METHOD:
+			l->blocked = f.payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD;
+			log_warn("amqp: the broker %s publishing",
+				 l->blocked ? "blocked" : "unblocked");
+			thread_state(l);
+			break;
+		case AMQP_BASIC_CANCEL_METHOD:
+			snprintf(l->why, sizeof(l->why), "the broker cancelled the consumer of %s",
+				 l->queue);
+			return false;
+		case AMQP_CHANNEL_CLOSE_METHOD:
+		case AMQP_CONNECTION_CLOSE_METHOD: {
+			amqp_connection_close_t *c = f.payload.method.decoded;
+			amqp_channel_close_t *ch = f.payload.method.decoded;
+			amqp_bytes_t t = f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD
+						 ? ch->reply_text
+						 : c->reply_text;
+
+			snprintf(l->why, sizeof(l->why), "closed by the broker: %.*s", (int)t.len,
+				 (char *)t.bytes);
+			return false;
+		}
+		default:
+			break;
+		}
+		amqp_maybe_release_buffers(l->conn);
+	}
+}
+
+/* Settlements and publishes the loop handed over. false: connection lost. */
+static bool thread_write(struct mq_link *l, struct settle *s, size_t ns)
+{
+	for (size_t i = 0; i < ns; i++) {
+		int rc = AMQP_STATUS_OK;
+
+		if (s[i].generation != l->generation)
+			continue; /* that delivery's channel died: the broker requeued it */
+		if (s[i].how == MQ_ACK)
+			rc = amqp_basic_ack(l->conn, CHANNEL, s[i].tag, 0);
+		else
+			rc = amqp_basic_reject(l->conn, CHANNEL, s[i].tag, s[i].how == MQ_REQUEUE);
+		if (rc != AMQP_STATUS_OK) {
+			snprintf(l->why, sizeof(l->why), "settling: %s", amqp_error_string2(rc));
+			return false;
+		}
+	}
+	while (!l->blocked && l->nunconf < l->window && l->wait_head) {
+		struct mq_msg *m = pop(&l->wait_head, &l->wait_tail);
+		amqp_basic_properties_t p;
+		amqp_table_entry_t h[1] = { entry_str("traceparent", m->traceparent) };
+		int rc;
+
+		memset(&p, 0, sizeof(p));
+		p._flags = AMQP_BASIC_CONTENT_TYPE_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG |
+			   AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_TYPE_FLAG | AMQP_BASIC_APP_ID_FLAG;
+		p.content_type = amqp_cstring_bytes("application/json");
+		p.delivery_mode = 2;
+		p.message_id = amqp_cstring_bytes(m->id);
+		p.type = amqp_cstring_bytes(m->type);
+		p.app_id = amqp_cstring_bytes(l->service);
+		if (m->traceparent[0]) {
+			p._flags |= AMQP_BASIC_HEADERS_FLAG;
+			p.headers = (amqp_table_t){ 1, h };
+		}
+		m->tag = ++l->seq;
+		clock_gettime(CLOCK_MONOTONIC, &m->sent);
+		append(&l->unconf_head, &l->unconf_tail, m);
+		l->nunconf++;
+		rc = amqp_basic_publish(l->conn, CHANNEL, amqp_cstring_bytes("pgsaga"),
+					amqp_cstring_bytes(m->dest), 1, 0, &p,
+					(amqp_bytes_t){ m->len, m->body });
+		if (rc != AMQP_STATUS_OK) {
+			snprintf(l->why, sizeof(l->why), "publishing: %s", amqp_error_string2(rc));
+			return false;
+		}
+	}
+	return true;
+}
+
+static void thread_close(struct mq_link *l)
+{
+	amqp_channel_close(l->conn, CHANNEL, AMQP_REPLY_SUCCESS);
+	amqp_connection_close(l->conn, AMQP_REPLY_SUCCESS);
+	amqp_destroy_connection(l->conn);
+	l->conn = NULL;
+}
+
+static void thread_wait(struct mq_link *l)
+{
+	struct pollfd p[2] = { { l->wake_fd, POLLIN, 0 }, { -1, POLLIN, 0 } };
+	int timeout = HEARTBEAT_S * 1000 / 2;
+
+	if (l->conn) {
+		if (amqp_frames_enqueued(l->conn) || amqp_data_in_buffer(l->conn))
+			return;
+		p[1].fd = amqp_get_sockfd(l->conn);
+	} else {
+		int64_t left = l->next_connect_ms - mono_ms();
+
+		timeout = left < 0 ? 0 : left > 1000 ? 1000 : (int)left;
+	}
+	if (poll(p, 2, timeout) > 0 && (p[0].revents & POLLIN))
+		drain_fd(l->wake_fd);
+}
+
+static void *thread_main(void *arg)
+{
+	struct mq_link *l = arg;
+
+	for (;;) {
+		struct settle *s;
+		size_t ns;
+		bool stopping, pause;
+		struct mq_msg *m;
+
+		pthread_mutex_lock(&l->mu);
+		stopping = l->stopping;
+		pause = l->pause_consuming;
+		while ((m = pop(&l->pub_head, &l->pub_tail)) != NULL)
+			append(&l->wait_head, &l->wait_tail, m);
+		s = l->settles;
+		ns = l->nsettles;
+		l->settles = NULL;
+		l->nsettles = l->settles_cap = 0;
+		pthread_mutex_unlock(&l->mu);
+
+		if (!l->conn && !stopping && mono_ms() >= l->next_connect_ms)
+			thread_connect(l, !pause);
+		if (l->conn && pause && l->consuming) {
+			amqp_basic_cancel(l->conn, CHANNEL, amqp_empty_bytes);
+			l->consuming = false;
+		}
+		if (l->conn && (!thread_read(l) || !thread_write(l, s, ns)))
+			thread_lose(l);
+		free(s);
+		if (!l->conn) {
+			/* nobody to send to: these fail now, the outbox retries them */
+			while ((m = pop(&l->wait_head, &l->wait_tail)) != NULL)
+				thread_confirm(l, m, false, l->why[0] ? l->why : "broker unavailable");
+		}
+		if (stopping && !l->stop_by_ms)
+			l->stop_by_ms = mono_ms() + 2 * RPC_TIMEOUT_S * 1000;
+		if (stopping && (!l->conn || (!l->wait_head && !l->unconf_head) ||
+				 mono_ms() >= l->stop_by_ms))
+			break;
+		thread_wait(l);
+	}
+	if (l->conn)
+		thread_close(l);
+	while (l->unconf_head)
+		thread_confirm(l, pop(&l->unconf_head, &l->unconf_tail), false, "shutting down");
+	while (l->wait_head)
+		thread_confirm(l, pop(&l->wait_head, &l->wait_tail), false, "shutting down");
+	return NULL;
+}
+
+struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errlen)
+{
+	struct mq_link *l = calloc(1, sizeof(*l));
+	size_t nq = 0;
+
+	if (!l)
+		abort();
+	l->url = strdup(o->url);
+	if (!l->url)
+		abort();
+	amqp_default_connection_info(&l->ci);
+	if (amqp_parse_url(l->url, &l->ci) != AMQP_STATUS_OK || l->ci.ssl) {
+		snprintf(err, errlen, "AMQP_URL: expected amqp://user:password@host:port/vhost");
+		free(l->url);
+		free(l);
+		return NULL;
+	}
+	snprintf(l->service, sizeof(l->service), "%s", o->service);
+	snprintf(l->queue, sizeof(l->queue), "pgsaga.%s", o->service);
+	while (o->queues[nq])
+		nq++;
+	l->queues = calloc(nq + 1, sizeof(*l->queues));
+	if (!l->queues)
+		abort();
+	for (size_t i = 0; i < nq; i++)
+		if (!(l->queues[i] = strdup(o->queues[i])))
+			abort();
+	l->prefetch = o->prefetch;
+	l->window = o->window;
+	l->backoff_ms = RECONNECT_MIN_MS;
+	l->loop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	pthread_mutex_init(&l->mu, NULL);
+	if (l->loop_fd < 0 || l->wake_fd < 0 || pthread_create(&l->thread, NULL, thread_main, l)) {
+		snprintf(err, errlen, "cannot start the AMQP thread: %s", strerror(errno));
+		/* nothing started: free by hand */
+		if (l->loop_fd >= 0)
+			close(l->loop_fd);
+		if (l->wake_fd >= 0)
+			close(l->wake_fd);
+		for (size_t i = 0; i < nq; i++)
+			free(l->queues[i]);
+		free(l->queues);
+		free(l->url);
+		free(l);
+		return NULL;
+	}
+	return l;
+}
+
+void mq_link_free(struct mq_link *l)
+{
+	struct mq_msg *m;
+
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->stopping = true;
+	pthread_mutex_unlock(&l->mu);
+	signal_fd(l->wake_fd);
+	pthread_join(l->thread, NULL);
+	for (m = l->out_head; m;) {
+		struct mq_msg *next = m->next;
+
+		free(m);
+		m = next;
+	}
+	for (m = l->pub_head; m;) {
+		struct mq_msg *next = m->next;
+
+		free(m);
+		m = next;
+	}
+	free(l->settles);
+	for (char **q = l->queues; *q; q++)
+		free(*q);
+	free(l->queues);
+	close(l->loop_fd);
+	close(l->wake_fd);
+	pthread_mutex_destroy(&l->mu);
+	free(l->url);
+	free(l);
+}

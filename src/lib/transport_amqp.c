@@ -1,0 +1,412 @@
+/*
+ * transport_amqp: the loop's half of the AMQP transport (transport.h); the
+ * connection itself runs on the mq_link thread.
+ *
+ * Sending: each row becomes one mq_msg handed to the link; its confirm comes
+ * back through the link's eventfd and ends the send (TRANSPORT_OK on a
+ * basic.ack, else TRANSPORT_RETRY: a nack, a return or a lost connection is
+ * a failed attempt like an HTTP 503). A breaker per destination keeps a
+ * broker that is down from burning attempts, as httpc's does for a peer.
+ *
+ * Receiving: a delivery is handed to the service's handler as an inmsg; its
+ * HTTP-like answer settles it: 2xx ack; 4xx but 408/429 reject without
+ * requeue (dead-lettered to pgsaga.dead by the queue's policy, logged and
+ * counted); anything else requeue after a backoff delay, holding the
+ * delivery (and its prefetch slot) meanwhile so a broken database is not
+ * hammered.
+ */
+#include "transport.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backoff.h"
+#include "breaker.h"
+#include "log.h"
+#include "metrics.h"
+#include "mq_link.h"
+
+#define MAX_DESTS 8
+#define WINDOW 256
+
+struct dest_breaker {
+	char name[32];
+	struct breaker br;
+	struct metric_series *state; /* saga_peer_circuit_state, as httpc's */
+};
+
+struct transport_amqp {
+	struct transport t; /* first: the ops see a struct transport * */
+	struct event_base *base;
+	struct mq_link *link;
+	struct event *ev;
+	struct transport_amqp_opts o;
+	char where[128];
+	struct dest_breaker dests[MAX_DESTS];
+	int ndests;
+	int unconfirmed, outstanding;
+	bool up, stopping;
+	struct metric_series *m_up, *m_unconfirmed, *m_blocked, *m_confirm;
+	struct metric_series *m_received, *m_acked, *m_rejected, *m_requeued;
+	struct metric_series *m_confirm_ok, *m_confirm_failed;
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct dest_breaker *breaker_for(struct transport_amqp *a, const char *dest)
+{
+	struct dest_breaker *d;
+	char labels[200];
+
+	for (int i = 0; i < a->ndests; i++)
+		if (strcmp(a->dests[i].name, dest) == 0)
+			return &a->dests[i];
+	if (a->ndests == MAX_DESTS)
+		return &a->dests[MAX_DESTS - 1]; /* unreachable: three services */
+	d = &a->dests[a->ndests++];
+	snprintf(d->name, sizeof(d->name), "%s", dest);
+	breaker_init(&d->br, a->o.breaker_failures, a->o.breaker_open_ms);
+	snprintf(labels, sizeof(labels), "peer=\"%s\",instance=\"%s\"", d->name, a->where);
+	d->state = metrics_series(
+		metrics_family("saga_peer_circuit_state",
+			       "Circuit breaker per peer instance: 0 closed, 1 open, 2 half-open",
+			       METRIC_GAUGE),
+		labels);
+	return d;
+}
+
+static void show_state(struct dest_breaker *d)
+{
+	metric_set(d->state, d->br.state == BREAKER_CLOSED ? 0 : d->br.state == BREAKER_OPEN ? 1 : 2);
+}
+
+/* --- sending ------------------------------------------------------------- */
+
+struct held_back {
+	struct transport_send *s;
+	int64_t delay_ms;
+	char where[128];
+};
+
+static void held_back_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct held_back *h = arg;
+	struct transport_result r = { TRANSPORT_NOT_ATTEMPTED, "circuit open", h->where,
+				      h->delay_ms };
+
+	h->s->cb(h->s, &r);
+	free(h);
+}
+
+static void amqp_send(struct transport *t, const struct transport_msg *msg,
+		      struct transport_send *s)
+{
+	struct transport_amqp *a = (struct transport_amqp *)t;
+	struct dest_breaker *d = breaker_for(a, msg->dest);
+	struct breaker *br = &d->br;
+	int64_t now = now_ms();
+	bool allowed = breaker_allow(br, now);
+	struct mq_msg *m;
+
+	show_state(d);
+	if (!allowed) {
+		struct held_back *h = calloc(1, sizeof(*h));
+		struct timeval zero = { 0, 0 };
+
+		if (!h)
+			abort();
+		h->s = s;
+		h->delay_ms = breaker_retry_at(br, now) - now;
+		if (h->delay_ms < 1)
+			h->delay_ms = 1;
+		snprintf(h->where, sizeof(h->where), "%s", a->where);
+		if (event_base_once(a->base, -1, EV_TIMEOUT, held_back_cb, h, &zero) != 0)
+			abort();
+		return;
+	}
+	m = mq_msg_new(msg->len);
+	m->token = s;
+	snprintf(m->id, sizeof(m->id), "%s", msg->id);
+	snprintf(m->type, sizeof(m->type), "%s", msg->type);
+	snprintf(m->dest, sizeof(m->dest), "%s", msg->dest);
+	if (!transport_traceparent(msg->trace, m->traceparent))
+		m->traceparent[0] = '\0';
+	memcpy(m->body, msg->payload, msg->len);
+	a->unconfirmed++;
+	metric_set(a->m_unconfirmed, a->unconfirmed);
+	mq_link_publish(a->link, m);
+}
+
+static void confirmed(struct transport_amqp *a, struct mq_msg *m)
+{
+	struct transport_send *s = m->token;
+	struct transport_result r = { m->ok ? TRANSPORT_OK : TRANSPORT_RETRY, m->error, a->where,
+				      -1 };
+	struct timespec end;
+
+	a->unconfirmed--;
+	metric_set(a->m_unconfirmed, a->unconfirmed);
+	if (m->ok) {
+		clock_gettime(CLOCK_MONOTONIC, &end);
+		metric_observe(a->m_confirm, (double)(end.tv_sec - m->sent.tv_sec) +
+						     (double)(end.tv_nsec - m->sent.tv_nsec) / 1e9);
+		metric_add(a->m_confirm_ok, 1);
+	} else {
+		metric_add(a->m_confirm_failed, 1);
+	}
+	struct dest_breaker *d = breaker_for(a, m->dest);
+
+	breaker_report(&d->br, m->ok, now_ms());
+	show_state(d);
+	s->cb(s, &r);
+}
+
+/* --- receiving ------------------------------------------------------------ */
+
+static void settle(struct mq_msg *m, enum mq_settle how)
+{
+	struct transport_amqp *a = m->token;
+
+	mq_link_settle(a->link, m->generation, m->tag, how);
+	a->outstanding--;
+	free(m);
+}
+
+static void requeue_cb(evutil_socket_t fd, short what, void *arg)
+{
+	settle(arg, MQ_REQUEUE);
+}
+
+/* Not now: delivered again after a delay, not in a hot loop. */
+static void later(struct mq_msg *m, const char *why)
+{
+	struct transport_amqp *a = m->token;
+	int64_t ms = backoff_delay_ms(a->o.retry_base_ms, a->o.retry_cap_ms,
+				      (int)(m->delivery_count < 30 ? m->delivery_count + 1 : 30),
+				      backoff_random());
+	struct timeval tv;
+	struct log_ctx lc = { .message_id = m->id };
+
+	if (a->stopping)
+		ms = 0;
+	tv = (struct timeval){ (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
+	metric_add(a->m_requeued, 1);
+	LOG_AT(LOG_DEBUG, &lc, "amqp: %s not handled now (%s); delivered again in %lld ms",
+	       m->type, why, (long long)ms);
+	if (event_base_once(a->base, -1, EV_TIMEOUT, requeue_cb, m, &tv) != 0)
+		abort();
+}
+
+static void answer(struct mq_msg *m, int status, const char *text)
+{
+	struct transport_amqp *a = m->token;
+
+	if (status >= 200 && status < 300) {
+		metric_add(a->m_acked, 1);
+		settle(m, MQ_ACK);
+	} else if (status >= 400 && status < 500 && status != 408 && status != 429) {
+		struct log_ctx lc = { .message_id = m->id };
+
+		metric_add(a->m_rejected, 1);
+		LOG_AT(LOG_WARN, &lc, "amqp: rejected %s into pgsaga.dead: %d %s", m->type, status,
+		       text);
+		settle(m, MQ_REJECT);
+	} else {
+		later(m, text);
+	}
+}
+
+static const char *in_body(void *h, size_t *len)
+{
+	struct mq_msg *m = h;
+
+	*len = m->len;
+	return m->body;
+}
+
+static const char *in_traceparent(void *h)
+{
+	struct mq_msg *m = h;
+
+	return m->traceparent[0] ? m->traceparent : NULL;
+}
+
+static void in_reply(void *h, int status, const char *json)
+{
+	answer(h, status, json);
+}
+
+static void in_error(void *h, int status, const char *code, const char *message)
+{
+	char text[300];
+
+	snprintf(text, sizeof(text), "%s: %s", code, message);
+	answer(h, status, text);
+}
+
+static void in_unavailable(void *h)
+{
+	later(h, "database unavailable");
+}
+
+static void in_drop(void *h)
+{
+	/* the effect committed, the ack is "lost": the inbox takes the copy */
+	later(h, "answer dropped (fault injection)");
+}
+
+static const char *in_id(void *h)
+{
+	return ((struct mq_msg *)h)->id;
+}
+
+static const struct inmsg_ops delivery_ops = { in_body,	       in_traceparent, in_reply, in_error,
+					       in_unavailable, in_drop,	       in_id };
+
+static void delivered(struct transport_amqp *a, struct mq_msg *m)
+{
+	m->token = a;
+	a->outstanding++;
+	metric_add(a->m_received, 1);
+	if (a->stopping) {
+		settle(m, MQ_REQUEUE);
+		return;
+	}
+	a->o.consume((struct inmsg){ &delivery_ops, m }, m->type);
+}
+
+/* --- the link ------------------------------------------------------------- */
+
+static void state_changed(struct transport_amqp *a, struct mq_msg *m)
+{
+	bool was_up = a->up;
+
+	a->up = m->up;
+	metric_set(a->m_up, m->up);
+	metric_set(a->m_blocked, m->up && m->blocked);
+	if (m->up && !was_up && a->o.on_up)
+		a->o.on_up(a->o.arg);
+}
+
+static void link_cb(evutil_socket_t fd, short what, void *arg)
+{
+	struct transport_amqp *a = arg;
+	struct mq_msg *m = mq_link_take(a->link), *next;
+
+	for (; m; m = next) {
+		next = m->next;
+		switch (m->kind) {
+		case MQ_CONFIRMED:
+			confirmed(a, m);
+			free(m);
+			break;
+		case MQ_DELIVERY:
+			delivered(a, m);
+			break;
+		case MQ_STATE:
+			state_changed(a, m);
+			free(m);
+			break;
+		}
+	}
+}
+
+static bool amqp_idle(const struct transport *t)
+{
+	const struct transport_amqp *a = (const struct transport_amqp *)t;
+
+	return a->unconfirmed == 0 && a->outstanding == 0;
+}
+
+static const char *amqp_broker(const struct transport *t)
+{
+	return ((const struct transport_amqp *)t)->up ? "up" : "down";
+}
+
+static void amqp_stop(struct transport *t)
+{
+	struct transport_amqp *a = (struct transport_amqp *)t;
+
+	a->stopping = true;
+	mq_link_pause_consuming(a->link);
+}
+
+static void amqp_free(struct transport *t)
+{
+	struct transport_amqp *a = (struct transport_amqp *)t;
+
+	mq_link_free(a->link);
+	if (a->ev)
+		event_free(a->ev);
+	free(a);
+}
+
+static const struct transport_ops amqp_ops = { amqp_send, amqp_idle, amqp_broker, amqp_stop,
+					       amqp_free };
+
+static void declare_metrics(struct transport_amqp *a)
+{
+	struct metric_family *d =
+		metrics_family("saga_amqp_deliveries_total",
+			       "AMQP deliveries received, and how each was settled", METRIC_COUNTER);
+	struct metric_family *c = metrics_family(
+		"saga_amqp_publishes_total", "AMQP publishes by broker answer", METRIC_COUNTER);
+
+	a->m_up = metrics_series(metrics_family("saga_broker_up",
+						"1 while connected to the broker, else 0",
+						METRIC_GAUGE), "");
+	a->m_unconfirmed = metrics_series(
+		metrics_family("saga_amqp_unconfirmed", "Publishes the broker has not confirmed yet",
+			       METRIC_GAUGE), "");
+	a->m_blocked = metrics_series(
+		metrics_family("saga_amqp_blocked",
+			       "1 while the broker blocks publishing (connection.blocked)",
+			       METRIC_GAUGE), "");
+	a->m_confirm = metrics_series(
+		metrics_family("saga_amqp_confirm_seconds", "Time from publish to the broker's confirm",
+			       METRIC_HISTOGRAM), "");
+	a->m_received = metrics_series(d, "outcome=\"received\"");
+	a->m_acked = metrics_series(d, "outcome=\"acked\"");
+	a->m_rejected = metrics_series(d, "outcome=\"rejected\"");
+	a->m_requeued = metrics_series(d, "outcome=\"requeued\"");
+	a->m_confirm_ok = metrics_series(c, "outcome=\"confirmed\"");
+	a->m_confirm_failed = metrics_series(c, "outcome=\"failed\"");
+}
+
+struct transport *transport_amqp_new(struct event_base *base, const struct transport_amqp_opts *o,
+				     char *err, size_t errlen)
+{
+	static const char *const queues[] = { "orchestrator", "payment", "inventory", NULL };
+	struct transport_amqp *a = calloc(1, sizeof(*a));
+	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW };
+	const char *at;
+
+	if (!a)
+		abort();
+	a->t.ops = &amqp_ops;
+	a->base = base;
+	a->o = *o;
+	a->link = mq_link_new(&lo, err, errlen);
+	if (!a->link) {
+		free(a);
+		return NULL;
+	}
+	/* where, for last_error: the URL (valid by now) without its credentials */
+	at = strrchr(o->url, '@');
+	snprintf(a->where, sizeof(a->where), "amqp://%s", at ? at + 1 : o->url + 7);
+	declare_metrics(a);
+	a->ev = event_new(base, mq_link_fd(a->link), EV_READ | EV_PERSIST, link_cb, a);
+	if (!a->ev || event_add(a->ev, NULL) != 0) {
+		amqp_free(&a->t);
+		return NULL;
+	}
+	return &a->t;
+}
