@@ -44,7 +44,10 @@ const char *harness_transport(void); /* "http" or "amqp" */
 void harness_broker_start(void);      /* no-op under http */
 void harness_broker_stop(void);
 const char *harness_amqp_url(void);
+struct broker *harness_broker(void);  /* tests/broker.h: kill, restart, ctl */
 void harness_broker_reset(void);
+/* Flushes the node's state to disk before a test SIGKILLs it (see why there). */
+void harness_broker_sync(void);
 void harness_broker_delete_queue(const char *queue);
 
 struct saga_env {

@@ -35,15 +35,14 @@ static void answered(void *arg, const struct httpc_result *r)
 	h->pending--;
 	if (r->status >= 200 && r->status < 300) {
 		tr.outcome = TRANSPORT_OK;
-	} else if (r->status == 0 && r->not_before_ms > 0) {
-		tr.outcome = TRANSPORT_NOT_ATTEMPTED;
-		tr.delay_ms = r->not_before_ms;
-	} else {
-		tr.outcome = retryable(r->status) ? TRANSPORT_RETRY : TRANSPORT_REFUSED;
-	}
-	if (r->status == 0) {
+		tr.error = "";
+	} else if (r->status == 0) {
+		tr.outcome = r->not_before_ms > 0 ? TRANSPORT_NOT_ATTEMPTED : TRANSPORT_RETRY;
+		if (r->not_before_ms > 0)
+			tr.delay_ms = r->not_before_ms;
 		tr.error = r->error;
 	} else {
+		tr.outcome = retryable(r->status) ? TRANSPORT_RETRY : TRANSPORT_REFUSED;
 		snprintf(err, sizeof(err), "HTTP %d", r->status);
 		tr.error = err;
 	}

@@ -9,7 +9,10 @@
  *    each service at least once when there are three or more);
  *  - payment and inventory answer 500 (FAULT_FAIL_RATE) and commit then drop
  *    the response (FAULT_DROP_RESPONSE_RATE);
- *  - PostgreSQL is stopped and started again once, half way through.
+ *  - PostgreSQL is stopped and started again once, half way through;
+ *  - under SAGA_TEST_TRANSPORT=amqp, the RabbitMQ node is SIGKILLed and
+ *    started again once, a quarter of the way through (nothing may then
+ *    land in pgsaga.dead).
  * A short STEP_TIMEOUT_MS makes sagas stuck behind a dead service
  * compensate, so timeouts race with late answers.
  *
@@ -42,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "broker.h"
 #include "chaos_util.h"
 #include "harness.h"
 #include "jsonx.h"
@@ -284,6 +288,7 @@ static void make_orders(uint64_t *seed, long *credit, long *stock)
 struct chaos_stats {
 	int kills[SVC_COUNT];
 	long db_down_ms;
+	long broker_down_ms; /* amqp: SIGKILL to accepting connections again */
 	double inbox_dups; /* from /metrics, scraped before each kill and at the end */
 };
 
@@ -426,6 +431,7 @@ START_TEST(chaos_invariants_hold)
 	int64_t period = K.seconds * 1000;
 	long db_restart_at = K.kills / 2; /* before this kill */
 	bool db_restarted = false;
+	long broker_restart_at = harness_amqp() ? K.kills / 4 : -1;
 	for (long k = 0; k < K.kills || !db_restarted; k++) {
 		/* kills spread over the period, each at a random point of its slot */
 		int64_t slot = period / (K.kills + 1);
@@ -439,6 +445,19 @@ START_TEST(chaos_invariants_hold)
 			db_restarted = true;
 			printf("chaos: %.1f s: PostgreSQL restarted (%ld ms without it)\n",
 			       (double)(now_ms() - t_start) / 1000.0, st.db_down_ms);
+			fflush(stdout);
+		}
+		if (k == broker_restart_at) {
+			int64_t t0;
+
+			harness_broker_sync();
+			t0 = now_ms();
+			broker_kill(harness_broker());
+			sleep_ms(rnd_in(&seed, 500, 2000));
+			broker_restart(harness_broker());
+			st.broker_down_ms = (long)(now_ms() - t0);
+			printf("chaos: %.1f s: RabbitMQ killed and restarted (%ld ms without it)\n",
+			       (double)(now_ms() - t_start) / 1000.0, st.broker_down_ms);
 			fflush(stdout);
 		}
 		if (k >= K.kills)
@@ -574,6 +593,12 @@ START_TEST(chaos_invariants_hold)
 	}
 	ck_assert_int_eq(dead, 0);
 	ck_assert_int_eq(in_flight, 0);
+	if (harness_amqp()) {
+		printf("chaos: over amqp, RabbitMQ down %.1f s; pgsaga.dead holds %ld\n",
+		       (double)st.broker_down_ms / 1000.0,
+		       broker_queue_depth(harness_amqp_url(), "pgsaga.dead"));
+		ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.dead"), 0);
+	}
 	ck_assert_int_eq(completed + failed + compensated, K.sagas);
 	/* the scenario is only worth something if it exercised every ending */
 	if (K.sagas >= 100)
@@ -619,10 +644,12 @@ int main(void)
 	suite_add_tcase(s, tc);
 
 	harness_cluster_start();
+	harness_broker_start();
 	sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	harness_broker_stop();
 	harness_cluster_stop();
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -1,0 +1,349 @@
+/*
+ * Tests of what only the AMQP transport has (SPEC §8): the broker dying
+ * under load, a consumer dying between its commit and its ack, poison
+ * messages, and the broker's memory alarm. The guarantee tests every
+ * transport must pass run from integration.c under both (integration-amqp);
+ * the destination queue deleted (returns, dead letter, retry) is
+ * dead_letters_and_retry there.
+ *
+ * One throwaway RabbitMQ node for the run (tests/broker.h), a fresh
+ * database per test and empty queues (harness).
+ */
+#include <check.h>
+#include <json-c/json.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "broker.h"
+#include "harness.h"
+#include "jsonx.h"
+#include "uuid.h"
+
+#define WAIT_MS 60000
+
+static struct saga_env env;
+
+static void setup(void)
+{
+	env_create(&env);
+}
+
+static void teardown(void)
+{
+	env_destroy(&env);
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Posts a new order; returns the HTTP status and its saga id in out. */
+static int place_order(const char *customer, const char *item, int qty, long amount,
+		       char out[UUID_STR_LEN])
+{
+	struct http_resp r;
+	char body[256], key[UUID_STR_LEN], kh[300], err[128];
+	const char *h[2] = { kh, NULL };
+	int status;
+
+	uuid_new(key);
+	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
+	snprintf(body, sizeof(body),
+		 "{\"customerId\":\"%s\",\"itemId\":\"%s\",\"qty\":%d,\"amount\":%ld}", customer,
+		 item, qty, amount);
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", h, body, (size_t)-1, &r),
+			 0);
+	status = r.status;
+	if (status == 201) {
+		struct json_object *o = jsonx_parse(r.body, r.body_len, err, sizeof(err)), *v;
+
+		ck_assert_ptr_nonnull(o);
+		ck_assert(json_object_object_get_ex(o, "sagaId", &v));
+		snprintf(out, UUID_STR_LEN, "%s", json_object_get_string(v));
+		json_object_put(o);
+	}
+	http_resp_free(&r);
+	return status;
+}
+
+/* The value of one series in a service's /metrics, or -1. */
+static double scrape(enum svc s, const char *series)
+{
+	struct http_resp r;
+	double v = -1;
+
+	ck_assert_int_eq(http_do(env.port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 200);
+	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
+		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
+			v = strtod(p + strlen(series) + 1, NULL);
+			break;
+		}
+	http_resp_free(&r);
+	return v;
+}
+
+static bool wait_metric(enum svc s, const char *series, double want)
+{
+	for (long long end = now_ms() + WAIT_MS; now_ms() < end; usleep(50 * 1000))
+		if (scrape(s, series) == want)
+			return true;
+	return false;
+}
+
+static char *readyz(enum svc s)
+{
+	struct http_resp r;
+	char *body;
+
+	ck_assert_int_eq(http_do(env.port[s], "GET", "/readyz", NULL, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 200);
+	body = strdup(r.body);
+	http_resp_free(&r);
+	return body;
+}
+
+static void all_connected(void)
+{
+	for (int s = 0; s < SVC_COUNT; s++)
+		ck_assert(wait_metric(s, "saga_broker_up", 1));
+}
+
+/* Every saga terminal, and SPEC §5's invariants to the unit. */
+static void check_invariants(int n, long long stock0, long long credit0)
+{
+	char sql[200];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM orchestrator.saga_instances"
+		 " WHERE state IN ('Completed', 'Failed', 'Compensated')");
+	char want[16];
+	snprintf(want, sizeof(want), "%d", n);
+	ck_assert(env_wait_sql(&env, sql, want, WAIT_MS));
+	/* one payment and one reservation per saga at most */
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) - count(DISTINCT saga_id)"
+					  " FROM payment.payments", 0, NULL), 0);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) - count(DISTINCT saga_id)"
+					  " FROM inventory.reservations", 0, NULL), 0);
+	/* Completed <=> captured and reserved */
+	ck_assert_int_eq(env_sql_ll(&env,
+				    "SELECT count(*) FROM orchestrator.saga_instances s"
+				    " WHERE (s.state = 'Completed') <> (EXISTS (SELECT 1 FROM"
+				    " payment.payments p WHERE p.saga_id = s.saga_id AND"
+				    " p.status = 'captured') AND EXISTS (SELECT 1 FROM"
+				    " inventory.reservations r WHERE r.saga_id = s.saga_id AND"
+				    " r.status = 'reserved'))", 0, NULL), 0);
+	/* conservation */
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT (SELECT sum(available) FROM inventory.stock) +"
+					  " coalesce((SELECT sum(qty) FROM inventory.reservations"
+					  " WHERE status = 'reserved'), 0)", 0, NULL), stock0);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT (SELECT sum(balance) FROM payment.accounts) +"
+					  " coalesce((SELECT sum(amount) FROM payment.payments"
+					  " WHERE status = 'captured'), 0)", 0, NULL), credit0);
+}
+
+/*
+ * The broker SIGKILLed while sagas are in flight and started again: orders
+ * keep being accepted meanwhile (rows wait in the outbox), /readyz stays 200
+ * and says "broker":"down", and afterwards every saga ends with one effect
+ * each, without restarting any service.
+ */
+START_TEST(broker_killed_and_restarted)
+{
+	enum { N = 40 };
+	char saga[UUID_STR_LEN];
+	pid_t pids[SVC_COUNT];
+	long long credit0;
+
+	env_start_all(&env);
+	free(env_sqlf(&env, "INSERT INTO inventory.stock VALUES ('K1', %d)", N));
+	all_connected();
+	for (int s = 0; s < SVC_COUNT; s++)
+		pids[s] = env.pid[s];
+	for (int i = 0; i < N / 2; i++)
+		ck_assert_int_eq(place_order("k-1", "K1", 1, 100, saga), 201);
+	harness_broker_sync();
+	broker_kill(harness_broker());
+	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 0));
+	char *r = readyz(SVC_ORCH);
+	ck_assert_ptr_nonnull(strstr(r, "\"broker\":\"down\""));
+	free(r);
+	for (int i = N / 2; i < N; i++) /* accepted while the broker is gone */
+		ck_assert_int_eq(place_order("k-1", "K1", 1, 100, saga), 201);
+	long long t0 = now_ms();
+	broker_restart(harness_broker());
+	long long t1 = now_ms();
+	credit0 = 1000000;
+	check_invariants(N, N, credit0);
+	fprintf(stderr, "amqp: broker restart took %lld ms; all %d sagas terminal %lld ms after"
+			" it accepted connections again\n", t1 - t0, N, now_ms() - t1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+					  " WHERE state = 'Completed'", 0, NULL), N);
+	for (int s = 0; s < SVC_COUNT; s++) {
+		ck_assert_int_eq(env.pid[s], pids[s]);
+		ck_assert_int_eq(waitpid(env.pid[s], NULL, WNOHANG), 0); /* still running */
+	}
+	r = readyz(SVC_PAY);
+	ck_assert_ptr_nonnull(strstr(r, "\"broker\":\"up\""));
+	free(r);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+					  " WHERE processed_at IS NULL", 0, NULL), 0);
+}
+END_TEST
+
+/*
+ * Payment commits a command and dies before acknowledging it: the broker
+ * delivers it again to the restarted payment, whose inbox recognises it.
+ * FAULT_DROP_RESPONSE_RATE=1 over AMQP means "commit, then never ack".
+ */
+START_TEST(consumer_killed_before_ack)
+{
+	char saga[UUID_STR_LEN];
+	const char *const no_ack[] = { "FAULT_DROP_RESPONSE_RATE=1", "LEASE_MS=1000",
+				       "RETRY_BASE_MS=600000", "RETRY_CAP_MS=600000", NULL };
+
+	env_start(&env, SVC_ORCH, NULL);
+	env_start(&env, SVC_INV, NULL);
+	env_start(&env, SVC_PAY, no_ack);
+	free(env_sql(&env, "INSERT INTO inventory.stock VALUES ('C1', 5)", 0, NULL));
+	ck_assert_int_eq(place_order("c-1", "C1", 1, 250, saga), 201);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.payments", "1", WAIT_MS));
+	/* committed; its delivery is held unacknowledged */
+	ck_assert(wait_metric(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"acked\"}", 0));
+	env_stop(&env, SVC_PAY, SIGKILL);
+	env_start(&env, SVC_PAY, (const char *const[]){ "LEASE_MS=1000", NULL });
+	char sql[160];
+	snprintf(sql, sizeof(sql),
+		 "SELECT state FROM orchestrator.saga_instances WHERE saga_id = '%s'", saga);
+	ck_assert(env_wait_sql(&env, sql, "Completed", WAIT_MS));
+	ck_assert(wait_metric(SVC_PAY, "saga_inbox_duplicates_total", 1));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.payments", 0, NULL), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT balance FROM payment.accounts", 0, NULL),
+			 1000000 - 250);
+}
+END_TEST
+
+/*
+ * Messages that can never succeed, published by hand into pgsaga.payment:
+ * rejected without requeue into pgsaga.dead, counted, and nothing else
+ * changes. A good message after them still goes through.
+ */
+START_TEST(poison_messages_go_to_dead_letter_queue)
+{
+	struct broker_msg bad_json = { "poison-1", "PayCommand", "someone", "{not json", (size_t)-1 };
+	struct broker_msg bad_type = { "poison-2", "ExplodeCommand", "someone", "{}", (size_t)-1 };
+	struct broker_msg bad_field = { "poison-3", "PayCommand", "someone",
+					"{\"commandId\":\"x\",\"sagaId\":\"y\"}", (size_t)-1 };
+	struct broker_msg *poison[] = { &bad_json, &bad_type, &bad_field };
+	char err[160];
+	struct broker_got got;
+	int seen = 0;
+
+	env_start(&env, SVC_PAY, NULL);
+	ck_assert(wait_metric(SVC_PAY, "saga_broker_up", 1));
+	for (size_t i = 0; i < 3; i++)
+		ck_assert_msg(broker_publish(harness_amqp_url(), "pgsaga", "payment", poison[i], err,
+					     sizeof(err)) == 0,
+			      "%s", err);
+	ck_assert(wait_metric(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"rejected\"}", 3));
+	for (long long end = now_ms() + WAIT_MS;
+	     broker_queue_depth(harness_amqp_url(), "pgsaga.dead") < 3 && now_ms() < end;)
+		usleep(50 * 1000);
+	ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.dead"), 3);
+	while (broker_get(harness_amqp_url(), "pgsaga.dead", &got) == 1) {
+		ck_assert_ptr_nonnull(got.message_id);
+		ck_assert_ptr_nonnull(strstr("poison-1 poison-2 poison-3", got.message_id));
+		ck_assert_str_eq(got.routing_key, "payment");
+		broker_got_free(&got);
+		seen++;
+	}
+	ck_assert_int_eq(seen, 3);
+	ck_assert_int_eq(scrape(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"acked\"}"), 0);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT (SELECT count(*) FROM payment.payments) +"
+					  " (SELECT count(*) FROM payment.processed_messages) +"
+					  " (SELECT count(*) FROM payment.outbox_messages) +"
+					  " (SELECT count(*) FROM payment.accounts)", 0, NULL), 0);
+	ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.payment"), 0);
+}
+END_TEST
+
+/*
+ * The broker's memory alarm: it blocks publishing connections
+ * (connection.blocked). Orders are still accepted, nothing is published
+ * while blocked (saga_amqp_blocked shows it), and everything goes once the
+ * alarm clears; nothing lost, nothing twice.
+ */
+START_TEST(memory_alarm_pauses_publishing)
+{
+	enum { N = 10 };
+	char saga[UUID_STR_LEN];
+	struct broker *b = harness_broker();
+
+	env_start_all(&env);
+	free(env_sqlf(&env, "INSERT INTO inventory.stock VALUES ('M1', %d)", N));
+	all_connected();
+	ck_assert_int_eq(place_order("m-1", "M1", 1, 10, saga), 201); /* the path works */
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+				     " WHERE state = 'Completed'", "1", WAIT_MS));
+	ck_assert_int_eq(broker_ctl(b, NULL, 0, "set_vm_memory_high_watermark", "absolute", "1",
+				    NULL),
+			 0);
+	/* the broker blocks a connection when it next publishes */
+	for (int i = 1; i < N; i++)
+		ck_assert_int_eq(place_order("m-1", "M1", 1, 10, saga), 201);
+	ck_assert(wait_metric(SVC_ORCH, "saga_amqp_blocked", 1));
+	usleep(1000 * 1000);
+	/* a row is processed only on its confirm: at most the one that hit the
+	 * alarm went through */
+	ck_assert_int_ge(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+					  " WHERE type = 'PayCommand' AND processed_at IS NULL",
+				    0, NULL),
+			 N - 2);
+	ck_assert_int_eq(broker_ctl(b, NULL, 0, "set_vm_memory_high_watermark", "0.4", NULL), 0);
+	ck_assert(wait_metric(SVC_ORCH, "saga_amqp_blocked", 0));
+	check_invariants(N, N, 1000000);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+					  " WHERE state = 'Completed'", 0, NULL), N);
+}
+END_TEST
+
+static Suite *amqp_suite(void)
+{
+	Suite *s = suite_create("amqp");
+	TCase *tc = tcase_create("amqp");
+
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_set_timeout(tc, 180);
+	suite_add_tcase(s, tc);
+	tcase_add_test(tc, poison_messages_go_to_dead_letter_queue);
+	tcase_add_test(tc, consumer_killed_before_ack);
+	tcase_add_test(tc, memory_alarm_pauses_publishing);
+	tcase_add_test(tc, broker_killed_and_restarted);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr;
+	int failed;
+
+	setenv("SAGA_TEST_TRANSPORT", "amqp", 1);
+	harness_cluster_start();
+	harness_broker_start();
+	sr = srunner_create(amqp_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	harness_broker_stop();
+	harness_cluster_stop();
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
