@@ -152,6 +152,49 @@ static void check_invariants(int n, long long stock0, long long credit0)
 }
 
 /*
+ * A message is the outbox row (SPEC §8): message_id, type, app_id, routed
+ * by the destination's name through exchange pgsaga, the body the payload.
+ */
+START_TEST(message_is_the_outbox_row)
+{
+	char saga[UUID_STR_LEN];
+	struct broker_got got;
+
+	env_start(&env, SVC_ORCH, NULL);
+	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 1));
+	harness_broker_tap("tap", "payment");
+	ck_assert_int_eq(place_order("p-1", "P1", 1, 42, saga), 201);
+	for (long long end = now_ms() + WAIT_MS;
+	     broker_queue_depth(harness_amqp_url(), "tap") < 1 && now_ms() < end;)
+		usleep(20 * 1000);
+	ck_assert_int_eq(broker_get(harness_amqp_url(), "tap", &got), 1);
+	char *id = env_sql(&env, "SELECT message_id FROM orchestrator.outbox_messages", 0, NULL);
+	char *payload = env_sql(&env, "SELECT payload::text FROM orchestrator.outbox_messages", 0,
+				NULL);
+	ck_assert_ptr_nonnull(got.message_id);
+	ck_assert_ptr_nonnull(got.type);
+	ck_assert_ptr_nonnull(got.app_id);
+	ck_assert_str_eq(got.message_id, id);
+	ck_assert_str_eq(got.type, "PayCommand");
+	ck_assert_str_eq(got.app_id, "orchestrator");
+	ck_assert_str_eq(got.exchange, "pgsaga");
+	ck_assert_str_eq(got.routing_key, "payment");
+	char err[128];
+	struct json_object *a = jsonx_parse(got.body, got.body_len, err, sizeof(err));
+	struct json_object *b = jsonx_parse(payload, strlen(payload), err, sizeof(err));
+	ck_assert(a && b && json_object_equal(a, b));
+	json_object_put(a);
+	json_object_put(b);
+	free(id);
+	free(payload);
+	broker_got_free(&got);
+	/* and the row is marked delivered once the broker confirmed it */
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+				     " WHERE processed_at IS NOT NULL", "1", WAIT_MS));
+}
+END_TEST
+
+/*
  * The broker SIGKILLed while sagas are in flight and started again: orders
  * keep being accepted meanwhile (rows wait in the outbox), /readyz stays 200
  * and says "broker":"down", and afterwards every saga ends with one effect
@@ -324,6 +367,7 @@ static Suite *amqp_suite(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 180);
 	suite_add_tcase(s, tc);
+	tcase_add_test(tc, message_is_the_outbox_row);
 	tcase_add_test(tc, poison_messages_go_to_dead_letter_queue);
 	tcase_add_test(tc, consumer_killed_before_ack);
 	tcase_add_test(tc, memory_alarm_pauses_publishing);

@@ -33,7 +33,7 @@ void harness_cluster_pause(void);
 void harness_cluster_resume(void);
 
 /*
- * The transport under test: SAGA_TEST_TRANSPORT=amqp runs the services with
+ * The transport under test (harness_amqp.c): SAGA_TEST_TRANSPORT=amqp runs the services with
  * TRANSPORT=amqp against a RabbitMQ node the runner starts once
  * (harness_broker_start, an unchecked fixture like the cluster); anything
  * else is http. env_create empties the broker's pgsaga queues, so each test
@@ -49,6 +49,9 @@ void harness_broker_reset(void);
 /* Flushes the node's state to disk before a test SIGKILLs it (see why there). */
 void harness_broker_sync(void);
 void harness_broker_delete_queue(const char *queue);
+/* Declares queue (classic, not durable) bound to exchange pgsaga with
+ * routing_key: it receives a copy of every message sent there. */
+void harness_broker_tap(const char *queue, const char *routing_key);
 
 struct saga_env {
 	char dbname[64];

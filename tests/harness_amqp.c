@@ -82,7 +82,7 @@ static void mq_close(amqp_connection_state_t c)
 void harness_broker_reset(void)
 {
 	static const char *const queues[] = { "pgsaga.orchestrator", "pgsaga.payment",
-					      "pgsaga.inventory", "pgsaga.dead" };
+					      "pgsaga.inventory", "pgsaga.dead", "tap" };
 	amqp_connection_state_t c;
 
 	if (!harness_amqp())
@@ -120,4 +120,18 @@ void harness_broker_sync(void)
 	 */
 	if (broker_ctl(&node, NULL, 0, "eval", "[dets:sync(T) || T <- dets:all()].", NULL) != 0)
 		ck_abort_msg("rabbitmqctl eval dets:sync failed");
+}
+
+void harness_broker_tap(const char *queue, const char *routing_key)
+{
+	amqp_connection_state_t c = mq_open();
+
+	amqp_queue_declare(c, 1, amqp_cstring_bytes(queue), 0, 0, 0, 0, amqp_empty_table);
+	if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+		ck_abort_msg("queue.declare %s failed", queue);
+	amqp_queue_bind(c, 1, amqp_cstring_bytes(queue), amqp_cstring_bytes("pgsaga"),
+			amqp_cstring_bytes(routing_key), amqp_empty_table);
+	if (amqp_get_rpc_reply(c).reply_type != AMQP_RESPONSE_NORMAL)
+		ck_abort_msg("queue.bind %s to pgsaga/%s failed", queue, routing_key);
+	mq_close(c);
 }

@@ -651,7 +651,11 @@ static void thread_wait(struct mq_link *l)
 	int timeout = HEARTBEAT_S * 1000 / 2;
 
 	if (l->conn) {
-		if (amqp_frames_enqueued(l->conn) || amqp_data_in_buffer(l->conn))
+		/*
+		 * thread_read drained every whole frame; what may be left in the
+		 * buffer is part of one, and the rest comes through the socket
+		 */
+		if (amqp_frames_enqueued(l->conn))
 			return;
 		p[1].fd = amqp_get_sockfd(l->conn);
 	} else {

@@ -37,6 +37,15 @@ struct dest_breaker {
 	struct metric_series *state; /* saga_peer_circuit_state, as httpc's */
 };
 
+/* A delivery put off for a while (later()); listed so that stopping can
+ * hand every one back at once instead of waiting for its timer. */
+struct held {
+	struct transport_amqp *a;
+	struct mq_msg *m;
+	struct event *ev;
+	struct held *next, **prev;
+};
+
 struct transport_amqp {
 	struct transport t; /* first: the ops see a struct transport * */
 	struct event_base *base;
@@ -48,6 +57,7 @@ struct transport_amqp {
 	int ndests;
 	int unconfirmed, outstanding;
 	bool up, stopping;
+	struct held *held;
 	struct metric_series *m_up, *m_unconfirmed, *m_blocked, *m_confirm;
 	struct metric_series *m_received, *m_acked, *m_rejected, *m_requeued;
 	struct metric_series *m_confirm_ok, *m_confirm_failed;
@@ -180,9 +190,19 @@ static void settle(struct mq_msg *m, enum mq_settle how)
 	free(m);
 }
 
+static void unhold(struct held *h)
+{
+	*h->prev = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	event_free(h->ev);
+	settle(h->m, MQ_REQUEUE);
+	free(h);
+}
+
 static void requeue_cb(evutil_socket_t fd, short what, void *arg)
 {
-	settle(arg, MQ_REQUEUE);
+	unhold(arg);
 }
 
 /* Not now: delivered again after a delay, not in a hot loop. */
@@ -192,17 +212,31 @@ static void later(struct mq_msg *m, const char *why)
 	int64_t ms = backoff_delay_ms(a->o.retry_base_ms, a->o.retry_cap_ms,
 				      (int)(m->delivery_count < 30 ? m->delivery_count + 1 : 30),
 				      backoff_random());
-	struct timeval tv;
+	struct timeval tv = { (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
 	struct log_ctx lc = { .message_id = m->id };
+	struct held *h;
 
-	if (a->stopping)
-		ms = 0;
-	tv = (struct timeval){ (time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 };
 	metric_add(a->m_requeued, 1);
 	LOG_AT(LOG_DEBUG, &lc, "amqp: %s not handled now (%s); delivered again in %lld ms",
 	       m->type, why, (long long)ms);
-	if (event_base_once(a->base, -1, EV_TIMEOUT, requeue_cb, m, &tv) != 0)
+	if (a->stopping) {
+		settle(m, MQ_REQUEUE);
+		return;
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h)
 		abort();
+	h->a = a;
+	h->m = m;
+	h->ev = evtimer_new(a->base, requeue_cb, h);
+	if (!h->ev)
+		abort();
+	h->next = a->held;
+	if (h->next)
+		h->next->prev = &h->next;
+	h->prev = &a->held;
+	a->held = h;
+	evtimer_add(h->ev, &tv);
 }
 
 static void answer(struct mq_msg *m, int status, const char *text)
@@ -337,12 +371,16 @@ static void amqp_stop(struct transport *t)
 
 	a->stopping = true;
 	mq_link_pause_consuming(a->link);
+	while (a->held)
+		unhold(a->held);
 }
 
 static void amqp_free(struct transport *t)
 {
 	struct transport_amqp *a = (struct transport_amqp *)t;
 
+	while (a->held)
+		unhold(a->held);
 	mq_link_free(a->link);
 	if (a->ev)
 		event_free(a->ev);
