@@ -405,6 +405,8 @@ static int open_transport(struct app *app, char *err, size_t errlen)
 	struct transport_amqp_opts o = {
 		.url = app->amqp_url,
 		.service = app->spec->service,
+		.dests = app->dests,
+		.ndests = app->spec->npeers,
 		.prefetch = (int)app->amqp_prefetch,
 		.breaker_failures = (int)app->breaker_failures,
 		.breaker_open_ms = (int)app->breaker_open_ms,

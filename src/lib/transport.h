@@ -116,11 +116,13 @@ struct transport *transport_http_new(const char *const *dests, struct httpc_peer
  * publishes confirmed and mandatory, a breaker per destination as over
  * HTTP; deliveries of pgsaga.<service> handed to consume. on_up(arg) runs
  * each time the broker connection comes up (the outbox sweeps then).
- * o is copied; its strings are borrowed for the call only. Returns NULL
- * with a reason in err.
+ * o is copied; dests must outlive the transport, the other strings are
+ * borrowed for the call only. Returns NULL with a reason in err.
  */
 struct transport_amqp_opts {
 	const char *url, *service;
+	const char *const *dests; /* where it may send (the peers), ndests of them */
+	size_t ndests;
 	int prefetch;
 	int breaker_failures, breaker_open_ms;
 	int retry_base_ms, retry_cap_ms; /* a delivery that failed for now waits this */

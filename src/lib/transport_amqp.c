@@ -100,48 +100,69 @@ static void show_state(struct dest_breaker *d)
 
 /* --- sending ------------------------------------------------------------- */
 
-struct held_back {
+/* A send answered without the broker: a closed circuit, an unknown place. */
+struct answer_now {
 	struct transport_send *s;
+	enum transport_outcome outcome;
+	const char *error; /* a literal */
 	int64_t delay_ms;
 	char where[128];
 };
 
-static void held_back_cb(evutil_socket_t fd, short what, void *arg)
+static void answer_now_cb(evutil_socket_t fd, short what, void *arg)
 {
-	struct held_back *h = arg;
-	struct transport_result r = { TRANSPORT_NOT_ATTEMPTED, "circuit open", h->where,
-				      h->delay_ms };
+	struct answer_now *n = arg;
+	struct transport_result r = { n->outcome, n->error, n->where, n->delay_ms };
 
-	h->s->cb(h->s, &r);
-	free(h);
+	n->s->cb(n->s, &r);
+	free(n);
+}
+
+/* The callback never runs inside transport_send: on the next loop turn. */
+static void answer_soon(struct transport_amqp *a, struct transport_send *s,
+			enum transport_outcome outcome, const char *error, int64_t delay_ms)
+{
+	struct answer_now *n = calloc(1, sizeof(*n));
+	struct timeval zero = { 0, 0 };
+
+	if (!n)
+		abort();
+	*n = (struct answer_now){ s, outcome, error, delay_ms, "" };
+	snprintf(n->where, sizeof(n->where), "%s", a->where);
+	if (event_base_once(a->base, -1, EV_TIMEOUT, answer_now_cb, n, &zero) != 0)
+		abort();
+}
+
+static bool known_dest(const struct transport_amqp *a, const char *dest)
+{
+	for (size_t i = 0; i < a->o.ndests; i++)
+		if (strcmp(a->o.dests[i], dest) == 0)
+			return true;
+	return false;
 }
 
 static void amqp_send(struct transport *t, const struct transport_msg *msg,
 		      struct transport_send *s)
 {
 	struct transport_amqp *a = (struct transport_amqp *)t;
-	struct dest_breaker *d = breaker_for(a, msg->dest);
-	struct breaker *br = &d->br;
+	struct dest_breaker *d;
 	int64_t now = now_ms();
-	bool allowed = breaker_allow(br, now);
 	struct mq_msg *m;
 
-	show_state(d);
-	if (!allowed) {
-		struct held_back *h = calloc(1, sizeof(*h));
-		struct timeval zero = { 0, 0 };
-
-		if (!h)
-			abort();
-		h->s = s;
-		h->delay_ms = breaker_retry_at(br, now) - now;
-		if (h->delay_ms < 1)
-			h->delay_ms = 1;
-		snprintf(h->where, sizeof(h->where), "%s", a->where);
-		if (event_base_once(a->base, -1, EV_TIMEOUT, held_back_cb, h, &zero) != 0)
-			abort();
+	if (!known_dest(a, msg->dest)) {
+		/* as over HTTP: a destination nobody configured is a dead letter */
+		answer_soon(a, s, TRANSPORT_REFUSED, "unknown destination", -1);
 		return;
 	}
+	d = breaker_for(a, msg->dest);
+	if (!breaker_allow(&d->br, now)) {
+		int64_t delay = breaker_retry_at(&d->br, now) - now;
+
+		show_state(d);
+		answer_soon(a, s, TRANSPORT_NOT_ATTEMPTED, "circuit open", delay < 1 ? 1 : delay);
+		return;
+	}
+	show_state(d);
 	m = mq_msg_new(msg->len);
 	m->token = s;
 	snprintf(m->id, sizeof(m->id), "%s", msg->id);
