@@ -141,8 +141,12 @@ class Browser:
             # Chromium's sandbox refuses to run as root; the pages are our own.
             args.insert(1, "--no-sandbox")
         log = open(os.path.join(self.artefacts, "chromium.log"), "ab")
+        # Its own home too: what chromium keeps beside the profile (a
+        # certificate store, caches) goes where the test removes it.
+        env = dict(os.environ, HOME=self.profile, XDG_CONFIG_HOME=self.profile,
+                   XDG_CACHE_HOME=self.profile)
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     preexec_fn=opslib._die_with_parent)
+                                     env=env, preexec_fn=opslib._die_with_parent)
         log.close()
         port_file = os.path.join(self.profile, "DevToolsActivePort")
         end = time.monotonic() + 60
