@@ -566,6 +566,11 @@ START_TEST(saga_list_bad_parameters)
 		{ "cursor=abc", "cursor" },
 		{ "cursor=12.not-a-uuid", "cursor" },
 		{ "customerId=", "customerId" },
+		{ "customerId=%FF", "customerId" },
+		{ "itemId=%C3%28", "itemId" },
+		{ "cursor=9999999999999999999.6f1c1e4e-3d8e-4d7c-9a43-2a4f0b9d1c55", "cursor" },
+		{ "stuckSeconds=9999999999", "stuckSeconds" },
+		{ "limit=5&limit=x", "limit" },
 	};
 	struct http_resp r;
 	char path[128];

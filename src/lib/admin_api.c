@@ -46,9 +46,11 @@ char *admin_param(struct evhttp_request *req, const char *name, size_t maxlen, b
 	char *v = httpd_query(req, name, &bad);
 
 	*answered = false;
-	if (bad || (v && strlen(v) > maxlen)) {
+	/* PostgreSQL takes text as UTF-8 only: anything else would be a 500 */
+	if (bad || (v && (strlen(v) > maxlen || !jsonx_utf8_valid(v, strlen(v))))) {
 		free(v);
-		httpd_error(req, 400, "invalid_field", "%s: malformed or too long", bad ? "query" : name);
+		httpd_error(req, 400, "invalid_field", "%s: malformed, repeated, not UTF-8 or too long",
+			    name);
 		*answered = true;
 		return NULL;
 	}

@@ -423,7 +423,10 @@ char *httpd_query(struct evhttp_request *req, const char *name, bool *bad)
 		return NULL;
 	}
 	v = evhttp_find_header(&kv, name);
-	if (v) {
+	for (struct evkeyval *e = TAILQ_FIRST(&kv); e; e = TAILQ_NEXT(e, next))
+		if (e->value != v && strcmp(e->key, name) == 0)
+			*bad = true; /* twice: which one was meant? */
+	if (v && !*bad) {
 		out = strdup(v);
 		if (!out)
 			abort();

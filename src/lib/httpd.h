@@ -98,7 +98,8 @@ const char *httpd_body(struct evhttp_request *req, size_t *len);
 const char *httpd_header(struct evhttp_request *req, const char *name);
 
 /* The value of query parameter name in the request's URI (decoded, malloc'd: the
- * caller frees), or NULL when absent. *bad is set when the query cannot be parsed. */
+ * caller frees), or NULL when absent. *bad is set (and NULL returned) when the
+ * query cannot be parsed or names the parameter more than once. */
 char *httpd_query(struct evhttp_request *req, const char *name, bool *bad);
 
 /* The client's address as text ("" when unknown). */

@@ -168,6 +168,16 @@ static size_t utf8_valid_len(const unsigned char *p, size_t n)
 	return len;
 }
 
+bool jsonx_utf8_valid(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	for (size_t i = 0, k; i < n; i += k)
+		if ((k = utf8_valid_len(p + i, n - i)) == 0)
+			return false;
+	return true;
+}
+
 static int hex4(const unsigned char *p, size_t n, unsigned *out)
 {
 	unsigned v = 0;

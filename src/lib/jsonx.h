@@ -80,6 +80,9 @@ __attribute__((warn_unused_result)) char *jsonx_compact(const char *text);
  */
 size_t jsonx_escape(char *dst, size_t dstlen, const char *src, size_t srclen, size_t *outlen);
 
+/* True when s[0..n) is valid UTF-8 (RFC 3629: no overlongs, no surrogates). */
+bool jsonx_utf8_valid(const char *s, size_t n);
+
 /* Appends s to a JSON string literal, with quotes, into buf (evbuffer). */
 struct evbuffer;
 void jsonx_buf_str(struct evbuffer *buf, const char *s);

@@ -102,7 +102,7 @@ static const char *list_bad(struct list_params *p, char *states, size_t slen, ch
 		if (!dot || dot - cur > 19 || !uuid_valid(dot + 1))
 			return "cursor";
 		snprintf(cursor_us, 24, "%.*s", (int)(dot - cur), cur);
-		if (!digits(cursor_us, 1, 19))
+		if (!digits(cursor_us, 1, 16)) /* microseconds to the year 2286 */
 			return "cursor";
 		snprintf(cursor_id, UUID_STR_LEN, "%s", dot + 1);
 	}
