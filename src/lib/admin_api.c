@@ -116,8 +116,11 @@ static void peer_answered(void *arg, const struct httpc_result *r)
 	if (part && json_object_is_type(part, json_type_object)) {
 		merge(g->result, part);
 	} else {
-		log_warn("admin: %s did not answer (%s)", a->service,
-			 r->status ? "bad answer" : r->error);
+		if (r->status)
+			log_warn("admin: %s answered %d (same ADMIN_TOKEN on all three?)", a->service,
+				 r->status);
+		else
+			log_warn("admin: %s did not answer (%s)", a->service, r->error);
 		json_object_array_add(g->unavailable, json_object_new_string(a->service));
 	}
 	json_object_put(part);
