@@ -4,8 +4,9 @@
 #   docker run --rm pgsaga saga-payment --help
 #
 # Stage 1 builds with meson on Debian bookworm. Stage 2 is bookworm-slim with
-# only the three runtime libraries (libpq5, libevent-2.1-7, libjson-c5), the
-# three binaries and a health check script, run as an unprivileged user.
+# only the runtime libraries (libpq5, libevent-2.1-7, libjson-c5,
+# librabbitmq4), the three binaries and a health check script, run as an
+# unprivileged user.
 # Migrations are compiled into the binaries, so nothing else is copied.
 
 FROM debian:bookworm AS build
@@ -35,7 +36,7 @@ RUN meson setup /build --buildtype=release \
 FROM debian:bookworm-slim
 
 RUN apt-get update \
-	&& apt-get install -y --no-install-recommends libpq5 libevent-2.1-7 libjson-c5 \
+	&& apt-get install -y --no-install-recommends libpq5 libevent-2.1-7 libjson-c5 librabbitmq4 \
 	&& rm -rf /var/lib/apt/lists/* \
 	&& groupadd --system --gid 10001 saga \
 	&& useradd --system --uid 10001 --gid saga --no-create-home \
