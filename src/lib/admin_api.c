@@ -54,6 +54,10 @@ char *admin_param(struct evhttp_request *req, const char *name, size_t maxlen, b
 		*answered = true;
 		return NULL;
 	}
+	if (v && !*v) { /* "?service=&type=": an empty value is no filter */
+		free(v);
+		return NULL;
+	}
 	return v;
 }
 

@@ -60,7 +60,8 @@ void admin_reply_json(struct evhttp_request *req, struct json_object *o);
 struct json_object *admin_parse_db(const char *text);
 
 /*
- * Reads a query parameter: returns its malloc'd value (NULL when absent);
+ * Reads a query parameter: returns its malloc'd value (NULL when absent or
+ * empty: "?state=&customerId=c-1" filters by customer only);
  * when the query is malformed or the value is longer than maxlen, answers
  * 400 invalid_field naming it and sets *answered.
  */

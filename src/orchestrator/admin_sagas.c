@@ -85,10 +85,6 @@ static const char *list_bad(struct list_params *p, char *states, size_t slen, ch
 
 	if (p->v[0] && !states_param(p->v[0], states, slen))
 		return "state";
-	if (p->v[1] && !*p->v[1])
-		return "customerId";
-	if (p->v[2] && !*p->v[2])
-		return "itemId";
 	if (p->v[3] && !rfc3339ish(p->v[3]))
 		return "since";
 	if (p->v[4] && !rfc3339ish(p->v[4]))
