@@ -14,6 +14,8 @@ Docker engine runs here).
   environment variable the compose file gives it is one that binary lists
   in --help (or a libpq variable); the postgres container gets every
   variable docker/initdb.sh requires.
+- The amqp profile: one rabbitmq service, only in that profile, that every
+  service's AMQP_URL points at; TRANSPORT alike in all three.
 - One demo seed (issue #8): the compose `seed` service and scripts/up both
   load sql/demo-seed.sql, and the stock the README and scripts/up announce
   is the stock that file inserts.
@@ -202,6 +204,7 @@ def check_services(installed):
     initdb_required = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*):\?", initdb))
     initdb_reads = set(re.findall(r"\$\{([A-Z_][A-Z0-9_]*)", initdb))
     ports = {}  # compose service -> LISTEN_ADDR port
+    brokers = {}  # compose service -> its definition (the amqp profile)
     saga = {}
     for name, svc in services.items():
         cmd = command_of(svc)
@@ -263,6 +266,8 @@ def check_services(installed):
             boot = env_value(svc, "PGSAGA_BOOTSTRAP") or "/pgsaga/bootstrap.sql"
             checks.ok(any(m.startswith("./sql/bootstrap.sql:%s" % boot) for m in mounts),
                       "%s: sql/bootstrap.sql mounted at %s" % (where, boot))
+        elif str(svc.get("image", "")).startswith("rabbitmq:"):
+            brokers[name] = svc
         else:
             # one-shot helpers (the demo seed): libpq only, never restarted
             extra = env_names(svc) - LIBPQ_ENV
@@ -284,6 +289,37 @@ def check_services(installed):
             checks.ok(got == want, "service %s: %s is %r, want %r" % (name, var, got, want))
     tokens = {env_value(services[n], "INTERNAL_TOKEN") for n in saga}
     checks.ok(len(tokens) == 1, "the three services share one INTERNAL_TOKEN: %r" % tokens)
+    check_broker(services, saga, brokers)
+
+
+def check_broker(services, saga, brokers):
+    """The amqp profile (SPEC §3, §8): one RabbitMQ service, only in that
+    profile, that the three services' AMQP_URL points at with its own user
+    and password; TRANSPORT the same for all three, http unless set."""
+    if not checks.ok(len(brokers) == 1, "one rabbitmq service: %r" % sorted(brokers)):
+        return
+    name, svc = next(iter(brokers.items()))
+    where = "service %s" % name
+    checks.ok(svc.get("image") == "rabbitmq:3.10-management", "%s: image %r"
+              % (where, svc.get("image")))
+    checks.ok(svc.get("profiles") == ["amqp"], "%s: only in the profile amqp (%r)"
+              % (where, svc.get("profiles")))
+    checks.ok(svc.get("restart") == "unless-stopped", "%s: restart unless-stopped" % where)
+    checks.ok(bool(svc.get("healthcheck")), "%s: has a healthcheck" % where)
+    checks.ok(not svc.get("ports"), "%s: publishes ports" % where)
+    checks.ok(bool(svc.get("hostname")), "%s: a fixed hostname (its node name)" % where)
+    mounts = [v for v in svc.get("volumes") or [] if isinstance(v, str)]
+    checks.ok(any(m.split(":")[1:2] == ["/var/lib/rabbitmq"] and not m.startswith((".", "/"))
+                  for m in mounts), "%s: a named volume for /var/lib/rabbitmq (%r)"
+              % (where, mounts))
+    want = "amqp://%s:%s@%s:5672/%%2f" % (env_value(svc, "RABBITMQ_DEFAULT_USER"),
+                                         env_value(svc, "RABBITMQ_DEFAULT_PASS"), name)
+    for n in saga:
+        checks.ok(env_value(services[n], "AMQP_URL") == want, "service %s: AMQP_URL is %r, want %r"
+                  % (n, env_value(services[n], "AMQP_URL"), want))
+    transports = {env_value(services[n], "TRANSPORT") for n in saga}
+    checks.ok(transports == {"${TRANSPORT:-http}"}, "the three services share TRANSPORT, http unless set: %r"
+              % transports)
 
 
 def check_seed():
