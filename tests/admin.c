@@ -999,6 +999,30 @@ START_TEST(deliveries_per_service_and_peer)
 }
 END_TEST
 
+/* Over RabbitMQ (SAGA_TEST_TRANSPORT=amqp): the breaker is the transport's. */
+START_TEST(deliveries_over_amqp)
+{
+	struct json_object *o;
+	char saga[UUID_STR_LEN];
+
+	ck_assert(harness_amqp());
+	start_all_admin();
+	seed_stock("A001", 5);
+	new_order("c-1", "A001", 100, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	o = admin_get("/admin/api/deliveries");
+	expect_unavailable(o, "");
+	ck_assert_int_eq(jlen(o, "deliveries"), 4);
+	for (size_t i = 0; i < jlen(o, "deliveries"); i++) {
+		struct json_object *d = jidx(o, "deliveries", i);
+
+		ck_assert_str_eq(jstr(d, "breaker"), "closed");
+		ck_assert_int_eq(json_object_get_int(jget(d, "dead")), 0);
+	}
+	json_object_put(o);
+}
+END_TEST
+
 static Suite *admin_suite(void)
 {
 	Suite *s = suite_create("admin");
@@ -1011,6 +1035,17 @@ static Suite *admin_suite(void)
 		tcase_add_checked_fixture(all[i], setup, teardown);
 		tcase_set_timeout(all[i], 120);
 		suite_add_tcase(s, all[i]);
+	}
+	if (harness_amqp()) {
+		/*
+		 * Over RabbitMQ: what the transport changes (a saga's messages,
+		 * the breakers). The rest reads tables or needs HTTP's failure
+		 * modes (a peer down makes dead letters), and runs under http.
+		 */
+		tcase_add_test(api, saga_messages_from_three_services);
+		tcase_add_test(api, deliveries_over_amqp);
+		tcase_add_test(sec, tokens_are_not_interchangeable);
+		return s;
 	}
 	tcase_add_test(sec, admin_off_without_token);
 	tcase_add_test(sec, tokens_are_not_interchangeable);
@@ -1033,10 +1068,12 @@ int main(void)
 	int failed;
 
 	harness_cluster_start();
+	harness_broker_start();
 	sr = srunner_create(admin_suite());
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
+	harness_broker_stop();
 	harness_cluster_stop();
 	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -266,7 +266,7 @@ static struct query *query_new(struct app *app, struct evhttp_request *req, cons
 	return q;
 }
 
-/* Each destination's circuit, from this process's delivery clients. */
+/* Each destination's circuit, from this process's transport (HTTP or AMQP). */
 static void add_breakers(struct app *app, struct json_object *o)
 {
 	struct json_object *rows;
@@ -281,7 +281,8 @@ static void add_breakers(struct app *app, struct json_object *o)
 			continue;
 		for (size_t k = 0; k < app->spec->npeers; k++)
 			if (strcmp(app->spec->peers[k].destination, json_object_get_string(d)) == 0)
-				state = httpc_breaker_state(app->peers[k]);
+				state = app->transport->ops->breaker(app->transport,
+								     json_object_get_string(d));
 		json_object_object_add(row, "breaker", state ? json_object_new_string(state) : NULL);
 	}
 }

@@ -48,3 +48,12 @@ int64_t breaker_retry_at(const struct breaker *b, int64_t now_ms)
 		return now_ms;
 	return b->opened_at + b->open_ms;
 }
+
+const char *breaker_state_name(const struct breaker *b, int64_t now_ms)
+{
+	if (b->state == BREAKER_CLOSED)
+		return "closed";
+	if (b->state == BREAKER_HALF_OPEN || breaker_retry_at(b, now_ms) <= now_ms)
+		return "half_open";
+	return "open";
+}

@@ -36,4 +36,10 @@ void breaker_report(struct breaker *b, bool ok, int64_t now_ms);
 /* When an open breaker lets the next probe through (now_ms if not open). */
 int64_t breaker_retry_at(const struct breaker *b, int64_t now_ms);
 
+/*
+ * The state as the admin API shows it: "closed", "open", or "half_open"
+ * (also for an open breaker whose wait is over: the next request probes).
+ */
+const char *breaker_state_name(const struct breaker *b, int64_t now_ms);
+
 #endif

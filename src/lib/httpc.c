@@ -421,14 +421,15 @@ const char *httpc_name(const struct httpc_peer *p)
 const char *httpc_breaker_state(const struct httpc_peer *p)
 {
 	int64_t now = now_ms();
-	bool half = false;
+	const char *best = "open";
 
 	for (int i = 0; i < p->ninsts; i++) {
-		const struct breaker *b = &p->insts[i].br;
+		const char *st = breaker_state_name(&p->insts[i].br, now);
 
-		if (b->state == BREAKER_CLOSED)
-			return "closed";
-		half |= b->state == BREAKER_HALF_OPEN || breaker_retry_at(b, now) <= now;
+		if (strcmp(st, "closed") == 0)
+			return st;
+		if (strcmp(st, "half_open") == 0)
+			best = st;
 	}
-	return half ? "half_open" : "open";
+	return best;
 }

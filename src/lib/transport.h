@@ -92,6 +92,8 @@ struct transport_ops {
 	/* Shutting down: take no new messages in (sending goes on). */
 	void (*stop)(struct transport *t);
 	void (*free)(struct transport *t);
+	/* The circuit toward dest, as breaker_state_name() says it (admin API). */
+	const char *(*breaker)(const struct transport *t, const char *dest);
 };
 struct transport {
 	const struct transport_ops *ops;

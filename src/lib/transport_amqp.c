@@ -408,8 +408,19 @@ static void amqp_free(struct transport *t)
 	free(a);
 }
 
-static const struct transport_ops amqp_ops = { amqp_send, amqp_idle, amqp_broker, amqp_stop,
-					       amqp_free };
+/* A destination not sent to yet has a closed circuit. */
+static const char *amqp_breaker(const struct transport *t, const char *dest)
+{
+	const struct transport_amqp *a = (const struct transport_amqp *)t;
+
+	for (int i = 0; i < a->ndests; i++)
+		if (strcmp(a->dests[i].name, dest) == 0)
+			return breaker_state_name(&a->dests[i].br, now_ms());
+	return "closed";
+}
+
+static const struct transport_ops amqp_ops = { amqp_send, amqp_idle,  amqp_broker,
+					       amqp_stop, amqp_free, amqp_breaker };
 
 static void declare_metrics(struct transport_amqp *a)
 {

@@ -110,8 +110,18 @@ static void http_free(struct transport *t)
 	free(t);
 }
 
-static const struct transport_ops http_ops = { http_send, http_idle, http_broker, http_stop,
-					       http_free };
+static const char *http_breaker(const struct transport *t, const char *dest)
+{
+	const struct transport_http *h = (const struct transport_http *)t;
+
+	for (size_t i = 0; i < h->n; i++)
+		if (strcmp(h->dests[i], dest) == 0)
+			return httpc_breaker_state(h->peers[i]);
+	return NULL;
+}
+
+static const struct transport_ops http_ops = { http_send, http_idle,  http_broker,
+					       http_stop, http_free, http_breaker };
 
 struct transport *transport_http_new(const char *const *dests, struct httpc_peer *const *peers,
 				     size_t n, const char *token)

@@ -56,6 +56,26 @@ START_TEST(breaker_half_open_single_probe)
 }
 END_TEST
 
+/* The names the admin API shows, an open breaker past its wait included. */
+START_TEST(breaker_state_names)
+{
+	struct breaker b;
+
+	breaker_init(&b, 2, 1000);
+	ck_assert_str_eq(breaker_state_name(&b, 0), "closed");
+	breaker_report(&b, false, 10);
+	ck_assert_str_eq(breaker_state_name(&b, 10), "closed");
+	breaker_report(&b, false, 20);
+	ck_assert_str_eq(breaker_state_name(&b, 20), "open");
+	ck_assert_str_eq(breaker_state_name(&b, 1019), "open");
+	ck_assert_str_eq(breaker_state_name(&b, 1020), "half_open"); /* the next one probes */
+	ck_assert(breaker_allow(&b, 1020));
+	ck_assert_str_eq(breaker_state_name(&b, 1020), "half_open");
+	breaker_report(&b, true, 1030);
+	ck_assert_str_eq(breaker_state_name(&b, 1030), "closed");
+}
+END_TEST
+
 Suite *breaker_suite(void)
 {
 	Suite *s = suite_create("breaker");
@@ -64,6 +84,7 @@ Suite *breaker_suite(void)
 	tcase_add_test(tc, breaker_opens_after_threshold);
 	tcase_add_test(tc, breaker_success_resets_count);
 	tcase_add_test(tc, breaker_half_open_single_probe);
+	tcase_add_test(tc, breaker_state_names);
 	suite_add_tcase(s, tc);
 	return s;
 }
