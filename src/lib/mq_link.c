@@ -2,7 +2,6 @@
 #include "mq_link.h"
 
 #include <amqp.h>
-#include <amqp_tcp_socket.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -14,10 +13,11 @@
 
 #include "backoff.h"
 #include "log.h"
+#include "mq_setup.h"
 
-#define CHANNEL 1
-#define HEARTBEAT_S 10
-#define RPC_TIMEOUT_S 5
+#define CHANNEL MQ_CHANNEL
+#define HEARTBEAT_S MQ_HEARTBEAT_S
+#define RPC_TIMEOUT_S MQ_RPC_TIMEOUT_S
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
 
@@ -197,163 +197,16 @@ static void thread_confirm(struct mq_link *l, struct mq_msg *m, bool ok, const c
 	thread_to_loop(l, m);
 }
 
-/* --- the thread: the connection -------------------------------------------- */
-
-static bool rpc_ok(struct mq_link *l, const char *what)
-{
-	amqp_rpc_reply_t r = amqp_get_rpc_reply(l->conn);
-
-	switch (r.reply_type) {
-	case AMQP_RESPONSE_NORMAL:
-		return true;
-	case AMQP_RESPONSE_LIBRARY_EXCEPTION:
-		snprintf(l->why, sizeof(l->why), "%s: %s", what, amqp_error_string2(r.library_error));
-		return false;
-	case AMQP_RESPONSE_SERVER_EXCEPTION:
-		if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
-			amqp_channel_close_t *c = r.reply.decoded;
-
-			snprintf(l->why, sizeof(l->why), "%s: %.*s", what, (int)c->reply_text.len,
-				 (char *)c->reply_text.bytes);
-		} else if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
-			amqp_connection_close_t *c = r.reply.decoded;
-
-			snprintf(l->why, sizeof(l->why), "%s: %.*s", what, (int)c->reply_text.len,
-				 (char *)c->reply_text.bytes);
-		} else {
-			snprintf(l->why, sizeof(l->why), "%s: server error", what);
-		}
-		return false;
-	default:
-		snprintf(l->why, sizeof(l->why), "%s: no reply", what);
-		return false;
-	}
-}
-
-static amqp_table_entry_t entry_str(const char *k, const char *v)
-{
-	amqp_table_entry_t e;
-
-	e.key = amqp_cstring_bytes(k);
-	e.value.kind = AMQP_FIELD_KIND_UTF8;
-	e.value.value.bytes = amqp_cstring_bytes(v);
-	return e;
-}
-
-static amqp_table_entry_t entry_bool(const char *k)
-{
-	amqp_table_entry_t e;
-
-	e.key = amqp_cstring_bytes(k);
-	e.value.kind = AMQP_FIELD_KIND_BOOLEAN;
-	e.value.value.boolean = 1;
-	return e;
-}
-
-/* SPEC §8: declared by every service at start; declaring again is harmless. */
-static bool thread_declare(struct mq_link *l)
-{
-	amqp_connection_state_t c = l->conn;
-	amqp_table_entry_t qargs[2] = { entry_str("x-queue-type", "quorum"),
-					entry_str("x-dead-letter-exchange", "pgsaga.dead") };
-	amqp_table_t qt = { 2, qargs };
-	char q[48];
-
-	amqp_exchange_declare(c, CHANNEL, amqp_cstring_bytes("pgsaga"), amqp_cstring_bytes("direct"),
-			      0, 1, 0, 0, amqp_empty_table);
-	if (!rpc_ok(l, "declaring exchange pgsaga"))
-		return false;
-	amqp_exchange_declare(c, CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
-			      amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-	if (!rpc_ok(l, "declaring exchange pgsaga.dead"))
-		return false;
-	amqp_queue_declare(c, CHANNEL, amqp_cstring_bytes("pgsaga.dead"), 0, 1, 0, 0,
-			   amqp_empty_table);
-	if (!rpc_ok(l, "declaring queue pgsaga.dead"))
-		return false;
-	amqp_queue_bind(c, CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
-			amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
-	if (!rpc_ok(l, "binding queue pgsaga.dead"))
-		return false;
-	for (char **s = l->queues; *s; s++) {
-		snprintf(q, sizeof(q), "pgsaga.%s", *s);
-		amqp_queue_declare(c, CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qt);
-		if (!rpc_ok(l, "declaring a service queue"))
-			return false;
-		amqp_queue_bind(c, CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes("pgsaga"),
-				amqp_cstring_bytes(*s), amqp_empty_table);
-		if (!rpc_ok(l, "binding a service queue"))
-			return false;
-	}
-	return true;
-}
-
-static bool thread_open(struct mq_link *l)
-{
-	struct timeval tv = { RPC_TIMEOUT_S, 0 };
-	amqp_socket_t *sock;
-	amqp_table_entry_t caps[4] = { entry_bool("connection.blocked"),
-				       entry_bool("consumer_cancel_notify"),
-				       entry_bool("publisher_confirms"), entry_bool("basic.nack") };
-	amqp_table_entry_t props[2];
-	amqp_table_t pt = { 2, props };
-	int rc;
-
-	props[0].key = amqp_cstring_bytes("capabilities");
-	props[0].value.kind = AMQP_FIELD_KIND_TABLE;
-	props[0].value.value.table = (amqp_table_t){ 4, caps };
-	props[1] = entry_str("connection_name", l->service);
-	l->conn = amqp_new_connection();
-	sock = amqp_tcp_socket_new(l->conn);
-	if (!sock) {
-		snprintf(l->why, sizeof(l->why), "cannot create a socket");
-		return false;
-	}
-	amqp_set_handshake_timeout(l->conn, &tv);
-	amqp_set_rpc_timeout(l->conn, &tv);
-	rc = amqp_socket_open_noblock(sock, l->ci.host, l->ci.port, &tv);
-	if (rc != AMQP_STATUS_OK) {
-		snprintf(l->why, sizeof(l->why), "connecting to %s:%d: %s", l->ci.host, l->ci.port,
-			 amqp_error_string2(rc));
-		return false;
-	}
-	{
-		amqp_rpc_reply_t r = amqp_login_with_properties(
-			l->conn, l->ci.vhost, 0, 131072, HEARTBEAT_S, &pt, AMQP_SASL_METHOD_PLAIN,
-			l->ci.user, l->ci.password);
-
-		if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-			snprintf(l->why, sizeof(l->why), "login to %s:%d refused or failed",
-				 l->ci.host, l->ci.port);
-			return false;
-		}
-	}
-	amqp_channel_open(l->conn, CHANNEL);
-	if (!rpc_ok(l, "opening a channel") || !thread_declare(l))
-		return false;
-	amqp_confirm_select(l->conn, CHANNEL);
-	if (!rpc_ok(l, "confirm.select"))
-		return false;
-	amqp_basic_qos(l->conn, CHANNEL, 0, (uint16_t)l->prefetch, 0);
-	if (!rpc_ok(l, "basic.qos"))
-		return false;
-	return true;
-}
-
-static bool thread_consume(struct mq_link *l)
-{
-	amqp_basic_consume(l->conn, CHANNEL, amqp_cstring_bytes(l->queue), amqp_empty_bytes, 0, 0,
-			   0, amqp_empty_table);
-	if (!rpc_ok(l, "basic.consume"))
-		return false;
-	l->consuming = true;
-	return true;
-}
-
 static void thread_connect(struct mq_link *l, bool consume)
 {
+	const struct mq_setup setup = { &l->ci, l->service, (const char *const *)l->queues,
+					l->prefetch,
+					consume ? l->queue : NULL };
+
 	l->why[0] = '\0';
-	if (thread_open(l) && (!consume || thread_consume(l))) {
+	l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
+	if (l->conn) {
+		l->consuming = consume;
 		l->generation++;
 		l->seq = 0;
 		l->blocked = false;
@@ -363,9 +216,6 @@ static void thread_connect(struct mq_link *l, bool consume)
 		return;
 	}
 	log_warn("amqp: %s; retrying in about %d ms", l->why, l->backoff_ms);
-	if (l->conn)
-		amqp_destroy_connection(l->conn);
-	l->conn = NULL;
 	l->consuming = false;
 	l->next_connect_ms = mono_ms() + backoff_delay_ms(l->backoff_ms / 2, l->backoff_ms, 1,
 							 backoff_random()) + l->backoff_ms / 2;
@@ -607,7 +457,7 @@ static bool thread_write(struct mq_link *l, struct settle *s, size_t ns)
 	while (!l->blocked && l->nunconf < l->window && l->wait_head) {
 		struct mq_msg *m = pop(&l->wait_head, &l->wait_tail);
 		amqp_basic_properties_t p;
-		amqp_table_entry_t h[1] = { entry_str("traceparent", m->traceparent) };
+		amqp_table_entry_t h[1] = { mq_entry_str("traceparent", m->traceparent) };
 		int rc;
 
 		memset(&p, 0, sizeof(p));
