@@ -673,6 +673,21 @@ START_TEST(saga_messages_from_three_services)
 	ck_assert_str_eq(jstr(jget(o, "reservation"), "status"), "reserved");
 	json_object_put(o);
 
+	/* inventory with another ADMIN_TOKEN: refused, so named as missing */
+	env_stop(&env, SVC_INV, SIGTERM);
+	{
+		const char *other[] = { "ADMIN_TOKEN=another-admin-token-0123", NULL };
+
+		env_start(&env, SVC_INV, other);
+	}
+	o = admin_get(path);
+	expect_unavailable(o, "inventory");
+	ck_assert(jget(o, "reservation") == NULL);
+	ck_assert_str_eq(jstr(jget(o, "payment"), "status"), "captured");
+	json_object_put(o);
+	env_stop(&env, SVC_INV, SIGTERM);
+	env_start(&env, SVC_INV, admin_env);
+
 	/* payment down: the rest, and payment named as missing */
 	env_stop(&env, SVC_PAY, SIGTERM);
 	o = admin_get(path);
@@ -933,9 +948,17 @@ START_TEST(dead_letters_listed_and_retried)
 	ck_assert_str_eq(r.body, "{\"retried\":1}");
 	http_resp_free(&r);
 	ck_assert(wait_state(sagas[2], "Completed"));
-	/* payment's, through the orchestrator (it dies again: a 404) */
+	/* payment's group, through the orchestrator (it dies again: a 404) */
 	ck_assert_int_eq(admin_post("/admin/api/dead-letters/retry",
-				    "{\"service\":\"payment\",\"all\":true}", &r),
+				    "{\"service\":\"payment\",\"all\":true,\"type\":\"PayCommand\"}",
+				    &r),
+			 200);
+	ck_assert_str_eq(r.body, "{\"retried\":0}"); /* no such group */
+	http_resp_free(&r);
+	ck_assert_int_eq(admin_post("/admin/api/dead-letters/retry",
+				    "{\"service\":\"payment\",\"all\":true,"
+				    "\"type\":\"PaymentSucceeded\",\"lastError\":\"" XSS "\"}",
+				    &r),
 			 200);
 	ck_assert_str_eq(r.body, "{\"retried\":1}");
 	http_resp_free(&r);
