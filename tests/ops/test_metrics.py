@@ -8,7 +8,9 @@ Completed, orders answered 201, deliveries acknowledged per peer, the
 delivery histogram; a command sent twice counts an inbox duplicate; a dead
 letter shows in the outbox gauges. Every metric that docs/openapi.yaml
 lists under /metrics, and every metric the alert rules in
-docs/operations.md use, must be exposed by some service.
+docs/operations.md use, must be exposed by some service: over HTTP, or
+(the broker's families) by payment restarted with TRANSPORT=amqp on a
+private RabbitMQ node.
 """
 
 import os
@@ -21,7 +23,7 @@ import uuid
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from opslib import SRC, SERVICES, Checks, System, need_tool, request  # noqa: E402
+from opslib import SRC, SERVICES, Checks, System, free_port, need_tool, request  # noqa: E402
 
 checks = Checks("metrics")
 ORDERS = 24
@@ -103,6 +105,33 @@ def documented_metrics():
         for expr in re.findall(r"expr: (?:>\n)?(.*?)(?=\n\s+(?:for|labels):)", block, re.S):
             rules |= set(re.findall(r"\b(saga_[a-z0-9_]+)", expr))
     return names, rules
+
+
+def amqp_scrape(sy):
+    """payment's /metrics under TRANSPORT=amqp, connected to a private node;
+    payment is left stopped and the node destroyed."""
+    node = os.path.join(sy.root, "rabbit")
+    script = os.path.join(SRC, "scripts", "rabbit-node")
+    r = subprocess.run(["bash", script, "start", node, str(free_port())],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        if not checks.ok(r.returncode == 0, "rabbit-node start: %s" % r.stderr[-500:]):
+            return set(), {}
+        sy.stop_service("payment")
+        sy.extra_env.setdefault("payment", {}).update(TRANSPORT="amqp", AMQP_URL=r.stdout.strip())
+        sy.start_service("payment")
+        sy.wait_ready("payment")
+        end = time.monotonic() + 30
+        got = scrape(sy, "payment", "amqp")
+        while value(got[0], "saga_broker_up") != 1 and time.monotonic() < end:
+            time.sleep(0.3)
+            got = scrape(sy, "payment", "amqp")
+        checks.ok(value(got[0], "saga_broker_up") == 1, "payment over amqp: saga_broker_up 1")
+        check_histograms(got[0], got[1], "payment over amqp")
+        return got
+    finally:
+        sy.stop_service("payment")
+        subprocess.run(["bash", script, "destroy", node])
 
 
 def main():
@@ -212,6 +241,9 @@ def main():
         exposed = set()
         for s in SERVICES:
             exposed |= family_names(*final[s])
+        over_amqp = amqp_scrape(sy)
+        if over_amqp[1]:
+            exposed |= family_names(*over_amqp)
         names, rules = documented_metrics()
         checks.ok(len(names) >= 8, "openapi.yaml lists the metrics under /metrics: %s"
                   % sorted(names))
