@@ -1004,6 +1004,11 @@ START_TEST(deliveries_per_service_and_peer)
 	ck_assert(wait_state(saga, "PendingInventory"));
 	ck_assert(env_wait_sql(&env, "SELECT count(*) > 0 FROM orchestrator.outbox_messages"
 				     " WHERE attempt_count > 1", "t", WAIT_MS));
+	/* a delivered message is marked after its answer: wait for the marks */
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+				     " WHERE processed_at IS NULL", "1", WAIT_MS));
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.outbox_messages"
+				     " WHERE processed_at IS NULL", "0", WAIT_MS));
 	o = admin_get("/admin/api/deliveries");
 	for (size_t i = 0; i < jlen(o, "deliveries"); i++) {
 		struct json_object *d = jidx(o, "deliveries", i);
