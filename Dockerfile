@@ -16,6 +16,9 @@ RUN apt-get update \
 		build-essential meson ninja-build pkg-config python3 \
 		libpq-dev libevent-dev libjson-c-dev librabbitmq-dev check \
 	&& rm -rf /var/lib/apt/lists/*
+# Marks this stage's images, which stay behind untagged as the build cache:
+# the compose suite removes those that newer builds have superseded.
+LABEL org.pgsaga.stage=build
 
 WORKDIR /src
 # The top meson.build names tests/ as a subdir, so its meson.build files must

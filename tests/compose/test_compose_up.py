@@ -59,6 +59,7 @@ COMPOSE_FILE = os.path.join(SRC, "docker-compose.yml")
 PROJECT = "pgsagatest%d" % os.getpid()
 BASE_IMAGES = ("debian:bookworm", "debian:bookworm-slim", "postgres:15-bookworm")
 RABBITMQ_IMAGE = "rabbitmq:3.10-management"
+BUILD_STAGE_LABEL = "label=org.pgsaga.stage=build"  # the Dockerfile's LABEL
 STANDIN = os.environ.get("SAGA_DOCKER_STANDIN") or os.path.join(
     SRC, "..", "shared", "tools", "docker-standin")
 SERVICE_IMAGE = "pgsaga:local"
@@ -137,6 +138,17 @@ def image_id(name):
     return r.stdout.strip() if r.returncode == 0 else None
 
 
+def prune_build_stages(keep=2):
+    """The build stage's images stay behind untagged, as the cache of the
+    next build; each change of the sources makes another. Keeps the newest
+    few, removes the rest (an image still in use stays: fine)."""
+    r = run(["docker", "images", "--no-trunc", "-f", "dangling=true", "-f", BUILD_STAGE_LABEL,
+             "--format", "{{.CreatedAt}}\t{{.ID}}"], 30, quiet=True)
+    old = sorted(r.stdout.splitlines(), reverse=True)[keep:]
+    if old:
+        run(["docker", "rmi"] + [line.split("\t")[1] for line in old], 120)
+
+
 def ensure_base_images(images):
     missing = [i for i in images if image_id(i) is None]
     if not missing:
@@ -174,6 +186,7 @@ class Stack:
         self.env.pop("COMPOSE_FILE", None)
         self.port = port
         self.volumes = set()  # every volume a container of the project mounted
+        self.before = None    # container ids before the build
 
     def ids(self):
         return run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="
@@ -188,6 +201,28 @@ class Stack:
                      '{{range .Mounts}}{{if eq .Type "volume"}}{{.Name}} {{end}}{{end}}'] + ids,
                     30, quiet=True)
             self.volumes |= set(r.stdout.split())
+
+    def note_containers(self):
+        """Remembers the containers there are before the build: a failed
+        build step leaves its container behind, with no project label."""
+        self.before = set(run(["docker", "ps", "-aq", "--no-trunc"], 30, quiet=True)
+                          .stdout.split())
+
+    def build_leftovers(self):
+        """Stopped containers made since note_containers() that belong to
+        no compose project: what a failed build step left."""
+        if self.before is None:
+            return []
+        r = run(["docker", "ps", "-aq", "--no-trunc", "-f", "status=exited", "-f",
+                 "status=created", "-f", "status=dead"], 30, quiet=True)
+        new = [c for c in r.stdout.split() if c not in self.before]
+        if not new:
+            return []
+        r = run(["docker", "inspect", "-f",
+                 '{{.Id}} {{index .Config.Labels "com.docker.compose.project"}}'] + new,
+                30, quiet=True)
+        rows = [line.split(None, 1) + [""] for line in r.stdout.splitlines() if line.strip()]
+        return [row[0] for row in rows if row[1].strip() in ("", "<no value>")]
 
     def down(self, *args, timeout=180):
         self.note_volumes()
@@ -254,6 +289,9 @@ class Stack:
         anonymous = sorted((self.volumes & have) - set(found.get("volume", [])))
         if anonymous:
             found["volume"] = found.get("volume", []) + anonymous
+        built = self.build_leftovers()
+        if built:
+            found["container"] = found.get("container", []) + built
         return found
 
     def destroy(self):
@@ -532,6 +570,7 @@ def main(profile):
         stack = Stack(free_port(), profiles=(profile,) if amqp else (),
                       transport="amqp" if amqp else "http")
         services = ["postgres", "seed"] + list(SAGA_SERVICES) + (["rabbitmq"] if amqp else [])
+        stack.note_containers()
         old_image = image_id(SERVICE_IMAGE)
         t = time.monotonic()
         r = stack.run("up", "--build", "-d", timeout=1200)
@@ -542,6 +581,7 @@ def main(profile):
         new_image = image_id(SERVICE_IMAGE)
         if old_image and new_image != old_image:
             run(["docker", "rmi", old_image], 60)  # may still be in use elsewhere: fine
+        prune_build_stages()
         t = time.monotonic()
         if not stack.wait_ready(services):
             return
