@@ -359,6 +359,31 @@ START_TEST(memory_alarm_pauses_publishing)
 }
 END_TEST
 
+/*
+ * A broker that goes silent without closing anything (a frozen node, a
+ * partition): the services notice by the missed heartbeats, report it, and
+ * come back when it does. SIGSTOP freezes the node's whole process group.
+ */
+START_TEST(silent_broker_is_noticed)
+{
+	char saga[UUID_STR_LEN];
+	pid_t pgid;
+
+	env_start(&env, SVC_ORCH, NULL);
+	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 1));
+	pgid = broker_pgid(harness_broker());
+	ck_assert_int_gt(pgid, 1);
+	ck_assert_int_eq(kill(-pgid, SIGSTOP), 0);
+	bool noticed = wait_metric(SVC_ORCH, "saga_broker_up", 0);
+	ck_assert_int_eq(kill(-pgid, SIGCONT), 0);
+	ck_assert_msg(noticed, "a frozen broker was not noticed within %d ms", WAIT_MS);
+	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 1));
+	ck_assert_int_eq(place_order("s-1", "S1", 1, 10, saga), 201);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+				     " WHERE processed_at IS NOT NULL", "1", WAIT_MS));
+}
+END_TEST
+
 static Suite *amqp_suite(void)
 {
 	Suite *s = suite_create("amqp");
@@ -371,6 +396,7 @@ static Suite *amqp_suite(void)
 	tcase_add_test(tc, poison_messages_go_to_dead_letter_queue);
 	tcase_add_test(tc, consumer_killed_before_ack);
 	tcase_add_test(tc, memory_alarm_pauses_publishing);
+	tcase_add_test(tc, silent_broker_is_noticed);
 	tcase_add_test(tc, broker_killed_and_restarted);
 	return s;
 }
