@@ -17,6 +17,13 @@
 #include "uuid.h"
 
 #define ACK_MAX 256 /* ids per "processed" statement */
+/*
+ * Delivery marks wait this long to share one statement (one transaction,
+ * one round trip) with the marks that follow. A mark need not be prompt:
+ * until it commits the row stays claimed for its lease (LEASE_MS, seconds),
+ * and a mark lost in a crash only brings a deduplicated redelivery.
+ */
+#define ACK_WINDOW_MS 10
 
 /* Both commit asynchronously: see outbox_claim and outbox_ack in SQL. */
 static const char claim_sql[] = "SELECT * FROM outbox_claim($1::int, $2::int)";
@@ -70,7 +77,7 @@ struct outbox {
 	char (*acks)[UUID_STR_LEN]; /* delivered, not yet marked processed */
 	int nacks, acks_cap;
 	bool acking;
-	struct event *ack_ev;       /* fires once per loop turn with acks */
+	struct event *ack_ev;       /* fires ACK_WINDOW_MS after the first unsent mark */
 	struct metric_family *attempts_total, *latency;
 	struct event *stats_timer;
 	bool stats_running;
@@ -190,8 +197,12 @@ static void delivered(struct transport_send *s, const struct transport_result *r
 				abort();
 		}
 		memcpy(ob->acks[ob->nacks++], d->id, UUID_STR_LEN);
-		/* the marks of one loop turn go out in one statement */
-		event_active(ob->ack_ev, EV_TIMEOUT, 0);
+		/* the marks of a short window go out in one statement */
+		if (!ob->acking && !evtimer_pending(ob->ack_ev, NULL)) {
+			struct timeval tv = { 0, ACK_WINDOW_MS * 1000 };
+
+			evtimer_add(ob->ack_ev, &tv);
+		}
 	} else {
 		char delay_s[32], add_s[4], err_s[300];
 		bool dead, not_attempted = r->outcome == TRANSPORT_NOT_ATTEMPTED;
