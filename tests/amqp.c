@@ -75,27 +75,10 @@ static int place_order(const char *customer, const char *item, int qty, long amo
 	return status;
 }
 
-/* The value of one series in a service's /metrics, or -1. */
-static double scrape(enum svc s, const char *series)
-{
-	struct http_resp r;
-	double v = -1;
-
-	ck_assert_int_eq(http_do(env.port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
-	ck_assert_int_eq(r.status, 200);
-	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
-		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
-			v = strtod(p + strlen(series) + 1, NULL);
-			break;
-		}
-	http_resp_free(&r);
-	return v;
-}
-
 static bool wait_metric(enum svc s, const char *series, double want)
 {
 	for (long long end = now_ms() + WAIT_MS; now_ms() < end; usleep(50 * 1000))
-		if (scrape(s, series) == want)
+		if (env_metric(&env, s, series) == want)
 			return true;
 	return false;
 }
@@ -310,7 +293,7 @@ START_TEST(poison_messages_go_to_dead_letter_queue)
 		seen++;
 	}
 	ck_assert_int_eq(seen, 3);
-	ck_assert_int_eq(scrape(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"acked\"}"), 0);
+	ck_assert_int_eq(env_metric(&env, SVC_PAY, "saga_amqp_deliveries_total{outcome=\"acked\"}"), 0);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT (SELECT count(*) FROM payment.payments) +"
 					  " (SELECT count(*) FROM payment.processed_messages) +"
 					  " (SELECT count(*) FROM payment.outbox_messages) +"

@@ -1119,3 +1119,19 @@ void http_resp_free(struct http_resp *r)
 	r->body_len = 0;
 	r->status = 0;
 }
+
+double env_metric(struct saga_env *e, enum svc s, const char *series)
+{
+	struct http_resp r;
+	double v = -1;
+
+	ck_assert_int_eq(http_do(e->port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
+	ck_assert_int_eq(r.status, 200);
+	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
+		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
+			v = strtod(p + strlen(series) + 1, NULL);
+			break;
+		}
+	http_resp_free(&r);
+	return v;
+}

@@ -108,6 +108,10 @@ int http_do(int port, const char *method, const char *path, const char *const *h
 char *http_header(const struct http_resp *r, const char *name);
 void http_resp_free(struct http_resp *r);
 
+/* The value of one series (name and labels, as written) in a service's
+ * /metrics, or -1 when it is not there. Fails the test when the scrape does. */
+double env_metric(struct saga_env *e, enum svc s, const char *series);
+
 /* --- SQL on the test's database as superuser (or any url) --- */
 
 /* First column of the first row as a malloc'd string; NULL for SQL NULL

@@ -410,28 +410,11 @@ END_TEST
 
 /* --- the outbox ----------------------------------------------------------- */
 
-/* The value of one series in a service's /metrics, or -1. */
-static double scrape(enum svc s, const char *series)
-{
-	struct http_resp r;
-	double v = -1;
-
-	ck_assert_int_eq(http_do(env.port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
-	ck_assert_int_eq(r.status, 200);
-	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
-		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
-			v = strtod(p + strlen(series) + 1, NULL);
-			break;
-		}
-	http_resp_free(&r);
-	return v;
-}
-
 /* Polls a series until it is at least min; false after WAIT_MS. */
 static bool wait_metric(enum svc s, const char *series, double min)
 {
 	for (int waited = 0; waited < WAIT_MS; waited += 50) {
-		if (scrape(s, series) >= min)
+		if (env_metric(&env, s, series) >= min)
 			return true;
 		usleep(50 * 1000);
 	}
@@ -617,11 +600,11 @@ START_TEST(circuit_breaker_stops_hammering)
 	ck_assert(env_wait_sql(&env, "SELECT count(*) = 10 FROM orchestrator.outbox_messages"
 				     " WHERE last_error LIKE '%circuit open%'", "t", WAIT_MS));
 	/* requests already in flight when it opened still count: 3 or a few more */
-	int sent = (int)scrape(counter, series);
+	int sent = (int)env_metric(&env, counter, series);
 	ck_assert_int_ge(sent, 3);
 	ck_assert_int_lt(sent, 10);
 	usleep(1000 * 1000);
-	ck_assert_int_eq((int)scrape(counter, series), sent); /* nothing while open */
+	ck_assert_int_eq((int)env_metric(&env, counter, series), sent); /* nothing while open */
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT sum(attempt_count) FROM"
 					  " orchestrator.outbox_messages", 0, NULL),
 			 sent);
@@ -635,7 +618,7 @@ START_TEST(circuit_breaker_stops_hammering)
 		snprintf(gauge, sizeof(gauge),
 			 "saga_peer_circuit_state{peer=\"payment\",instance=\"http://127.0.0.1:%d\"}",
 			 env.port[SVC_PAY]);
-	ck_assert_int_eq((int)scrape(SVC_ORCH, gauge), 1); /* open */
+	ck_assert_int_eq((int)env_metric(&env, SVC_ORCH, gauge), 1); /* open */
 }
 END_TEST
 
