@@ -4,6 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "broker.h"
+#include "proc.h"
 
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -29,33 +30,6 @@
 #define MAX_ARGS 24
 
 /* --- processes ------------------------------------------------------------ */
-
-/* Children must not hold the runner's descriptors (meson waits for its pipe). */
-static void close_from(int lowfd)
-{
-	long max = sysconf(_SC_OPEN_MAX);
-
-#ifdef SYS_close_range
-	if (syscall(SYS_close_range, (unsigned int)lowfd, ~0U, 0U) == 0)
-		return;
-#endif
-	if (max < 0 || max > 65536)
-		max = 65536;
-	for (int fd = lowfd; fd < max; fd++)
-		close(fd);
-}
-
-static void reset_signals(void)
-{
-	sigset_t none;
-
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGHUP, SIG_DFL);
-}
 
 static const char *script_path(void)
 {
@@ -103,8 +77,8 @@ static int run_script(const char *const *args, char *out, size_t outlen)
 			dup2(pfd[1], 1);
 		char *copy[MAX_ARGS + 3];
 
-		close_from(3);
-		reset_signals();
+		proc_close_from(3);
+		proc_reset_signals();
 		/* execvp takes char *const[]: copies, rather than casting const away. */
 		for (int i = 0; i <= n; i++)
 			copy[i] = argv[i] ? strdup(argv[i]) : NULL;
@@ -215,7 +189,7 @@ static void watchdog_start(struct broker *b)
 		dup2(fd, 1);
 		dup2(fd, 2);
 	}
-	close_from(3);
+	proc_close_from(3);
 	if (getppid() == parent) {
 		while (sigwait(&set, &sig) != 0)
 			;

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "proc.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -102,36 +103,6 @@ static void sleep_ms(int ms)
 		;
 }
 
-/* Children must not hold the runner's descriptors: a postmaster or service
- * keeping meson's output pipe open would make meson wait for it forever. */
-static void close_from(int lowfd)
-{
-	long max = sysconf(_SC_OPEN_MAX);
-
-#ifdef SYS_close_range
-	if (syscall(SYS_close_range, (unsigned int)lowfd, ~0U, 0U) == 0)
-		return;
-#endif
-	if (max < 0 || max > 65536)
-		max = 65536;
-	for (int fd = lowfd; fd < max; fd++)
-		close(fd);
-}
-
-/* What a freshly exec'd program expects: no blocked or ignored signals left
- * over from Check, the watchdog or the caller. */
-static void reset_signals(void)
-{
-	sigset_t none;
-
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	signal(SIGPIPE, SIG_DFL);
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGHUP, SIG_DFL);
-}
-
 /* Applies one "NAME=value" to the environment; anything else is ignored. */
 static void set_kv(const char *kv)
 {
@@ -155,8 +126,8 @@ static __attribute__((noreturn)) void exec_cmd(const char *const argv[],
 		dup2(fd, 0);
 		close(fd);
 	}
-	close_from(3);
-	reset_signals();
+	proc_close_from(3);
+	proc_reset_signals();
 	for (; extra_env && *extra_env; extra_env++)
 		set_kv(*extra_env);
 	/* execvp takes char *const[]: copies, rather than casting const away. */
@@ -291,7 +262,7 @@ static void watchdog_start(void)
 		dup2(fd, 1);
 		dup2(fd, 2);
 	}
-	close_from(3);
+	proc_close_from(3);
 	if (getppid() == parent) {
 		while (sigwait(&set, &sig) != 0)
 			;
@@ -665,8 +636,8 @@ static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enu
 	fd = open("/dev/null", O_RDONLY);
 	if (fd >= 0)
 		dup2(fd, 0);
-	close_from(3);
-	reset_signals();
+	proc_close_from(3);
+	proc_reset_signals();
 
 	for (const char *const *v = svc_vars; *v; v++)
 		unsetenv(*v);
