@@ -54,7 +54,7 @@ static const char *const svc_vars[] = {
 	"HTTP_TIMEOUT_MS", "LEASE_MS", "BREAKER_FAILURES", "BREAKER_OPEN_MS", "STEP_TIMEOUT_MS",
 	"IDEMPOTENCY_TTL_S", "PAYMENT_DEFAULT_CREDIT", "FAULT_FAIL_RATE", "FAULT_DELAY_MS",
 	"FAULT_DROP_RESPONSE_RATE", "LOG_LEVEL", "ADMIN_TOKEN", "TRANSPORT", "AMQP_URL",
-	"AMQP_PREFETCH", NULL,
+	"AMQP_PREFETCH", "MARK_WINDOW_MS", NULL,
 };
 
 /* Set once by harness_cluster_start in the runner, inherited by every test child. */

@@ -1,12 +1,14 @@
 /* outbox: see outbox.h. */
 #include "outbox.h"
 
+#include <ctype.h>
 #include <event2/event.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "backoff.h"
@@ -18,17 +20,25 @@
 
 #define ACK_MAX 256 /* ids per "processed" statement */
 /*
- * Delivery marks wait this long to share one statement (one transaction,
- * one round trip) with the marks that follow. A mark need not be prompt:
- * until it commits the row stays claimed for its lease (LEASE_MS, seconds),
- * and a mark lost in a crash only brings a deduplicated redelivery.
+ * Statements with a variant that carries marks, per process (outbox_query).
+ * A service has a handful of hot write statements; one beyond this runs
+ * without marks, which only leaves them to the window's own statement.
  */
-#define ACK_WINDOW_MS 10
+#define RIDES_MAX 16
 
 /* Both commit asynchronously: see outbox_claim and outbox_ack in SQL. */
 static const char claim_sql[] = "SELECT * FROM outbox_claim($1::int, $2::int)";
 
 static const char ack_sql[] = "SELECT outbox_ack($1::uuid[])";
+
+/*
+ * The same marks as outbox_ack, as a CTE of someone else's statement. No
+ * set_config('synchronous_commit', ...) here: it would make that
+ * statement's own commit asynchronous. The marks simply commit with it.
+ */
+static const char ride_cte[] =
+	"WITH ack AS (UPDATE outbox_messages SET processed_at = now(), last_error = NULL"
+	" WHERE message_id = ANY ($%d::uuid[]) AND processed_at IS NULL)";
 
 /* $2 attempts to add, $3 delay, $4 dead, $5 error */
 static const char fail_sql[] =
@@ -77,7 +87,8 @@ struct outbox {
 	char (*acks)[UUID_STR_LEN]; /* delivered, not yet marked processed */
 	int nacks, acks_cap;
 	bool acking;
-	struct event *ack_ev;       /* fires ACK_WINDOW_MS after the first unsent mark */
+	struct event *ack_ev;       /* fires mark_window_ms after the first unsent mark */
+	int riding;                 /* outbox_query statements out with marks */
 	struct metric_family *attempts_total, *latency;
 	struct event *stats_timer;
 	bool stats_running;
@@ -138,6 +149,7 @@ static void mark_done(void *arg, PGresult *res, const struct db_error *err)
 }
 
 static void flush_acks(struct outbox *ob);
+static void marks_waiting(struct outbox *ob);
 
 static void ack_ev_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -150,18 +162,27 @@ static void ack_done(void *arg, PGresult *res, const struct db_error *err)
 
 	ob->acking = false;
 	mark_done(ob, res, err);
-	flush_acks(ob);
+	/* more than one statement's worth, or marks that came meanwhile */
+	if (ob->nacks >= ACK_MAX || ob->stopping)
+		flush_acks(ob);
+	else if (ob->nacks > 0)
+		marks_waiting(ob);
 }
 
-/* One statement marks every delivery that finished since the last one. */
-static void flush_acks(struct outbox *ob)
-{
-	char buf[ACK_MAX * UUID_STR_LEN + 3], *p = buf;
-	int n;
+/* The text of n marks as a uuid[] literal: '{' n ids ',' between '}' NUL. */
+#define MARKS_LEN(n) ((size_t)(n) * UUID_STR_LEN + 2)
 
-	if (ob->acking || ob->nacks == 0)
-		return;
-	n = ob->nacks < ACK_MAX ? ob->nacks : ACK_MAX;
+/*
+ * Takes up to ACK_MAX waiting marks off the queue into buf (MARKS_LEN of
+ * them at least) as "{id,id,...}"; returns how many (0: buf untouched).
+ */
+static int take_marks(struct outbox *ob, char *buf)
+{
+	char *p = buf;
+	int n = ob->nacks < ACK_MAX ? ob->nacks : ACK_MAX;
+
+	if (n == 0)
+		return 0;
 	*p++ = '{';
 	for (int i = 0; i < n; i++) {
 		memcpy(p, ob->acks[ob->nacks - n + i], UUID_STR_LEN - 1);
@@ -170,10 +191,166 @@ static void flush_acks(struct outbox *ob)
 	}
 	*p = '\0';
 	ob->nacks -= n;
+	return n;
+}
+
+static void queue_mark(struct outbox *ob, const char *id)
+{
+	if (ob->nacks == ob->acks_cap) {
+		ob->acks_cap = ob->acks_cap ? 2 * ob->acks_cap : ACK_MAX;
+		ob->acks = realloc(ob->acks, (size_t)ob->acks_cap * UUID_STR_LEN);
+		if (!ob->acks)
+			abort();
+	}
+	memcpy(ob->acks[ob->nacks], id, UUID_STR_LEN - 1);
+	ob->acks[ob->nacks++][UUID_STR_LEN - 1] = '\0';
+}
+
+/*
+ * Marks are waiting: give a write statement the window to take them, then
+ * send them on their own. Once stopping, nothing waits.
+ */
+static void marks_waiting(struct outbox *ob)
+{
+	if (ob->stopping) {
+		flush_acks(ob);
+		return;
+	}
+	if (!ob->acking && !evtimer_pending(ob->ack_ev, NULL)) {
+		struct timeval tv = { ob->o.mark_window_ms / 1000,
+				      (suseconds_t)(ob->o.mark_window_ms % 1000) * 1000 };
+
+		evtimer_add(ob->ack_ev, &tv);
+	}
+}
+
+/* One statement marks every delivery that finished since the last one. */
+static void flush_acks(struct outbox *ob)
+{
+	char buf[MARKS_LEN(ACK_MAX)];
+
+	if (ob->acking || take_marks(ob, buf) == 0)
+		return;
 	ob->acking = true;
 	ob->marking++;
 	const char *params[1] = { buf };
 	db_query(ob->pool, ack_sql, 1, params, ack_done, ob);
+}
+
+/* --- marks that ride on the service's own write statements --- */
+
+/*
+ * Each statement's variant with the marks, found by the address of its
+ * text (process-wide and never freed, like db.c's prepared statements,
+ * which are found the same way: a freed text's address coming back for
+ * another statement would run the wrong prepared one).
+ */
+static struct {
+	const char *sql;
+	char *with_marks; /* NULL: this statement cannot carry marks */
+} rides[RIDES_MAX];
+static int nrides;
+
+#define RIDE_MAX_PARAMS 32
+
+static bool starts_word(const char *p, const char *word)
+{
+	size_t n = strlen(word);
+
+	return strncasecmp(p, word, n) == 0 && isspace((unsigned char)p[n]);
+}
+
+char *outbox_marks_sql(const char *sql, int mark_param)
+{
+	char cte[sizeof(ride_cte) + 16];
+	const char *p = sql, *rest;
+	char *out;
+	size_t len;
+
+	while (isspace((unsigned char)*p))
+		p++;
+	snprintf(cte, sizeof(cte), ride_cte, mark_param);
+	if (starts_word(p, "SELECT")) {
+		rest = p;
+	} else if (starts_word(p, "WITH")) {
+		rest = p + 4;
+		while (isspace((unsigned char)*rest))
+			rest++;
+		if (starts_word(rest, "RECURSIVE"))
+			return NULL;
+	} else {
+		return NULL;
+	}
+	len = strlen(cte) + strlen(rest) + 3;
+	out = malloc(len);
+	if (out)
+		snprintf(out, len, "%s%s %s", cte, rest == p ? "" : ",", rest);
+	return out;
+}
+
+/* sql's variant with the marks as $nparams+1, built the first time. */
+static const char *ride_variant(const char *sql, int nparams)
+{
+	for (int i = 0; i < nrides; i++)
+		if (rides[i].sql == sql)
+			return rides[i].with_marks;
+	if (nrides == RIDES_MAX)
+		return NULL;
+	rides[nrides].sql = sql;
+	rides[nrides].with_marks = nparams < RIDE_MAX_PARAMS ? outbox_marks_sql(sql, nparams + 1)
+							     : NULL;
+	return rides[nrides++].with_marks;
+}
+
+struct ride {
+	struct outbox *ob;
+	db_cb cb;
+	void *arg;
+	int n;
+	char marks[]; /* "{id,id,...}" */
+};
+
+static void ride_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct ride *r = arg;
+	struct outbox *ob = r->ob;
+
+	ob->riding--;
+	if (err->status != DB_OK) {
+		/* rolled back, or its outcome is unknown: marking twice is harmless */
+		for (int i = 0; i < r->n; i++)
+			queue_mark(ob, r->marks + 1 + (size_t)i * UUID_STR_LEN);
+		marks_waiting(ob);
+	}
+	r->cb(r->arg, res, err);
+	free(r);
+}
+
+void outbox_query(struct outbox *ob, const char *sql, int nparams, const char *const *params,
+		  db_cb cb, void *arg)
+{
+	const char *with_marks = ob->nacks > 0 ? ride_variant(sql, nparams) : NULL;
+	const char *all[RIDE_MAX_PARAMS];
+	struct ride *r;
+
+	if (!with_marks) {
+		db_query(ob->pool, sql, nparams, params, cb, arg);
+		return;
+	}
+	r = malloc(sizeof(*r) + MARKS_LEN(ob->nacks < ACK_MAX ? ob->nacks : ACK_MAX));
+	if (!r)
+		abort();
+	r->ob = ob;
+	r->cb = cb;
+	r->arg = arg;
+	r->n = take_marks(ob, r->marks);
+	if (ob->nacks == 0)
+		evtimer_del(ob->ack_ev); /* nothing left for the window */
+	for (int i = 0; i < nparams; i++)
+		all[i] = params[i];
+	all[nparams] = r->marks;
+	ob->riding++;
+	db_query(ob->pool, with_marks, nparams + 1, all, ride_done, r);
 }
 
 static void delivered(struct transport_send *s, const struct transport_result *r)
@@ -190,19 +367,8 @@ static void delivered(struct transport_send *s, const struct transport_result *r
 		outcome = "ok";
 		metric_observe(d->latency, (double)(end.tv_sec - d->start.tv_sec) +
 						   (double)(end.tv_nsec - d->start.tv_nsec) / 1e9);
-		if (ob->nacks == ob->acks_cap) {
-			ob->acks_cap = ob->acks_cap ? 2 * ob->acks_cap : ACK_MAX;
-			ob->acks = realloc(ob->acks, (size_t)ob->acks_cap * UUID_STR_LEN);
-			if (!ob->acks)
-				abort();
-		}
-		memcpy(ob->acks[ob->nacks++], d->id, UUID_STR_LEN);
-		/* the marks of a short window go out in one statement */
-		if (!ob->acking && !evtimer_pending(ob->ack_ev, NULL)) {
-			struct timeval tv = { 0, ACK_WINDOW_MS * 1000 };
-
-			evtimer_add(ob->ack_ev, &tv);
-		}
+		queue_mark(ob, d->id);
+		marks_waiting(ob);
 	} else {
 		char delay_s[32], add_s[4], err_s[300];
 		bool dead, not_attempted = r->outcome == TRANSPORT_NOT_ATTEMPTED;
@@ -429,12 +595,15 @@ void outbox_stop(struct outbox *ob)
 	evtimer_del(ob->stats_timer);
 	db_listen_free(ob->listen);
 	ob->listen = NULL;
+	/* no statement of this service's is coming to take them */
+	evtimer_del(ob->ack_ev);
+	flush_acks(ob);
 }
 
 bool outbox_idle(const struct outbox *ob)
 {
 	return ob->stopping && !ob->claiming && ob->in_flight == 0 && ob->marking == 0 &&
-	       ob->nacks == 0 && !ob->stats_running;
+	       ob->nacks == 0 && ob->riding == 0 && !ob->stats_running;
 }
 
 void outbox_free(struct outbox *ob)
