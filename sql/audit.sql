@@ -89,6 +89,13 @@ SELECT 'reservation', r.saga_id, r.status
    AND NOT EXISTS (SELECT 1 FROM orchestrator.saga_instances s WHERE s.saga_id = r.saga_id)
  ORDER BY 1, 2;
 
+-- check: 4e | every history row belongs to its saga, at a version the saga has reached (saga_history has no foreign key since migration 006)
+SELECT h.saga_id, h.version, h.to_state, s.version AS saga_version
+  FROM orchestrator.saga_history h
+  LEFT JOIN orchestrator.saga_instances s ON s.saga_id = h.saga_id
+ WHERE s.saga_id IS NULL OR h.version > s.version
+ ORDER BY 1, 2;
+
 -- info: in_flight | sagas not in a terminal state (a violation only once the system is meant to be idle)
 SELECT saga_id, state, compensation, version, updated_at, deadline_at
   FROM orchestrator.saga_instances
