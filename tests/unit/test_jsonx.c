@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <event2/buffer.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -159,6 +160,60 @@ START_TEST(test_parse_only_reads_len)
 	v = parse_n("12345", 2);
 	ck_assert_int_eq(json_object_get_int64(v), 12);
 	json_object_put(v);
+}
+END_TEST
+
+/*
+ * The tokener is reused from one document to the next: a document that
+ * failed halfway (json-c's own errors, the depth limit, one cut short)
+ * leaves nothing behind for the next.
+ */
+START_TEST(test_parse_after_failures)
+{
+	static const char *const bad[] = {
+		"{\"a\" 1}", "[1,2,]", "{\"a\":[1,{\"b\":", "[1 2]",
+		"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+	};
+	const char *good = "{\"k\":[1,{\"x\":\"y\"}],\"n\":null}";
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char err[128] = "";
+		struct json_object *v = jsonx_parse(bad[i], strlen(bad[i]), err, sizeof(err));
+
+		ck_assert_msg(v == NULL, "accepted %s", bad[i]);
+		ck_assert_str_ne(err, "ok");
+		v = jsonx_parse(good, strlen(good), err, sizeof(err));
+		ck_assert_msg(v != NULL, "after %s: %s", bad[i], err);
+		ck_assert_str_eq(err, "ok");
+		ck_assert_str_eq(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN),
+				 good);
+		json_object_put(v);
+	}
+}
+END_TEST
+
+static void *parse_in_thread(void *arg)
+{
+	struct json_object *v = parse(arg);
+	intptr_t n = v ? (intptr_t)json_object_get_int64(json_object_object_get(v, "n")) : -1;
+
+	json_object_put(v);
+	return (void *)n;
+}
+
+/* Each thread has its own tokener, freed when the thread ends (ASan: no leak). */
+START_TEST(test_parse_in_threads)
+{
+	static char doc[] = "{\"n\":7}";
+	pthread_t t[4];
+	void *r;
+
+	for (int i = 0; i < 4; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, parse_in_thread, doc), 0);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(pthread_join(t[i], &r), 0);
+		ck_assert_int_eq((intptr_t)r, 7);
+	}
 }
 END_TEST
 
@@ -627,6 +682,8 @@ Suite *jsonx_suite(void)
 	tcase_add_test(tc, test_depth);
 	tcase_add_test(tc, test_values_decoded);
 	tcase_add_test(tc, test_parse_only_reads_len);
+	tcase_add_test(tc, test_parse_after_failures);
+	tcase_add_test(tc, test_parse_in_threads);
 	suite_add_tcase(s, tc);
 
 	tcase_add_test(get, test_get_id);
