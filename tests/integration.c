@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <arpa/inet.h>
@@ -1737,6 +1738,36 @@ static void assert_compact(const struct http_resp *r)
 }
 
 /*
+ * One Date header, RFC 1123 in GMT and about now (httpd formats it once a
+ * second instead of evhttp once a reply).
+ */
+static void assert_date(const struct http_resp *r)
+{
+	static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+	char *d = http_header(r, "Date"), wday[4], mon[4], gmt[4], again[64];
+	const char *p = r->headers, *m;
+	struct tm tm = { 0 };
+	int n = 0;
+
+	ck_assert_msg(d != NULL, "no Date header: %s", r->headers);
+	for (; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		n += strncasecmp(p, "Date:", 5) == 0;
+	ck_assert_int_eq(n, 1);
+	ck_assert_msg(sscanf(d, "%3s, %d %3s %d %d:%d:%d %3s", wday, &tm.tm_mday, mon, &tm.tm_year,
+			     &tm.tm_hour, &tm.tm_min, &tm.tm_sec, gmt) == 8 &&
+			      strlen(mon) == 3 && (m = strstr(months, mon)) != NULL,
+		      "bad Date: %s", d);
+	tm.tm_mon = (int)(m - months) / 3;
+	tm.tm_year -= 1900;
+	time_t t = timegm(&tm);
+	ck_assert_msg(labs((long)(t - time(NULL))) <= 300, "Date is not now: %s", d);
+	/* the exact form, weekday included */
+	strftime(again, sizeof(again), "%a, %d %b %Y %H:%M:%S GMT", gmtime(&t));
+	ck_assert_str_eq(d, again);
+	free(d);
+}
+
+/*
  * One JSON style everywhere (compact): GET /orders/{id} came from
  * PostgreSQL's json_build_object ("sagaId" : …), and a replay from jsonb
  * ("sagaId": …). A replay is the first answer byte for byte but for
@@ -1753,6 +1784,7 @@ START_TEST(answers_are_compact_json)
 	seed_stock("A001", 5);
 	ck_assert_int_eq(post_order("compact-1", order, &first), 201);
 	assert_compact(&first);
+	assert_date(&first);
 	ck_assert_int_eq(post_order("compact-1", order, &again), 201);
 	assert_compact(&again);
 	want = strdup(first.body);
@@ -1772,6 +1804,7 @@ START_TEST(answers_are_compact_json)
 	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", "/orders/x", NULL, NULL, 0, &got), 0);
 	ck_assert_int_eq(got.status, 400);
 	assert_compact(&got);
+	assert_date(&got);
 	http_resp_free(&got);
 	http_resp_free(&first);
 	http_resp_free(&again);

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "breaker.h"
+#include "httpio.h"
 #include "metrics.h"
 
 struct call {
@@ -39,6 +40,7 @@ struct inst {
 	char *url;
 	char host[256];
 	int port;
+	char hostport[300]; /* the Host header */
 	struct breaker br;
 	struct slot *slots;
 	struct httpc_peer *peer;
@@ -160,7 +162,6 @@ static bool send_call(struct slot *s, struct call *c)
 	struct httpc_peer *p = in->peer;
 	struct evhttp_request *req;
 	struct evkeyvalq *h;
-	char hostport[300];
 
 	if (!s->evcon) {
 		s->evcon = evhttp_connection_base_new(p->base, p->dns, in->host, (ev_uint16_t)in->port);
@@ -175,8 +176,7 @@ static bool send_call(struct slot *s, struct call *c)
 		return false;
 	evhttp_request_set_error_cb(req, request_error_cb);
 	h = evhttp_request_get_output_headers(req);
-	snprintf(hostport, sizeof(hostport), "%s:%d", in->host, in->port);
-	evhttp_add_header(h, "Host", hostport);
+	evhttp_add_header(h, "Host", in->hostport);
 	if (c->method == EVHTTP_REQ_POST)
 		evhttp_add_header(h, "Content-Type", "application/json");
 	for (char **kv = c->headers; kv && kv[0]; kv += 2)
@@ -192,6 +192,7 @@ static bool send_call(struct slot *s, struct call *c)
 		s->evcon = NULL;
 		return false;
 	}
+	httpio_write_now(s->evcon);
 	return true;
 }
 
@@ -266,6 +267,7 @@ static int parse_url(struct inst *in, const char *url, char *err, size_t errlen)
 	port = evhttp_uri_get_port(u);
 	snprintf(in->host, sizeof(in->host), "%s", host);
 	in->port = port > 0 ? port : 80;
+	snprintf(in->hostport, sizeof(in->hostport), "%s:%d", in->host, in->port);
 	evhttp_uri_free(u);
 	return 0;
 }

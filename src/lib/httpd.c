@@ -13,7 +13,9 @@
 #include <strings.h>
 #include <sys/queue.h>
 #include <sys/socket.h>
+#include <time.h>
 
+#include "httpio.h"
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
@@ -36,6 +38,8 @@ struct httpd {
  */
 static int in_flight;
 static struct metric_family *requests_total;
+/* Inside dispatch (evhttp's callback): a reply is left for evhttp to write. */
+static int in_dispatch;
 
 /* Which route a pending request belongs to, for the metric on reply. */
 static const char *route_label(struct evhttp_request *req)
@@ -55,15 +59,46 @@ static void count_reply(struct evhttp_request *req, int status)
 	evhttp_remove_header(out, "X-Route");
 }
 
+/*
+ * The Date header, formatted once a second: evhttp would otherwise format
+ * it for every reply (gmtime and a printf). Same text as evhttp's
+ * (RFC 1123, C locale names).
+ */
+static const char *date_header(void)
+{
+	static const char days[7][4] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+	static const char months[12][4] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+					    "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+	static char text[64];
+	static time_t at = -1;
+	time_t now = time(NULL);
+	struct tm tm;
+
+	if (now == at)
+		return text;
+	gmtime_r(&now, &tm);
+	snprintf(text, sizeof(text), "%s, %02d %s %4d %02d:%02d:%02d GMT", days[tm.tm_wday % 7],
+		 tm.tm_mday, months[tm.tm_mon % 12], tm.tm_year + 1900, tm.tm_hour, tm.tm_min,
+		 tm.tm_sec);
+	at = now;
+	return text;
+}
+
 void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *body)
 {
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	/* NULL when the client has gone: evhttp then frees req in send_reply */
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
 
 	count_reply(req, status);
 	if (!evhttp_find_header(out, "Content-Type"))
 		evhttp_add_header(out, "Content-Type", "application/json");
+	if (!evhttp_find_header(out, "Date"))
+		evhttp_add_header(out, "Date", date_header());
 	evhttp_send_reply(req, status, NULL, body);
 	in_flight--;
+	if (evcon && !in_dispatch)
+		httpio_write_now(evcon); /* evcon may be gone after this */
 }
 
 void httpd_reply(struct evhttp_request *req, int status, const char *json)
@@ -268,7 +303,7 @@ static bool path_matches(const struct httpd_route *r, const char *path, const ch
 	return strcmp(path, r->path) == 0;
 }
 
-static void dispatch(struct evhttp_request *req, void *arg)
+static void route(struct evhttp_request *req, void *arg)
 {
 	struct httpd *h = arg;
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -309,6 +344,13 @@ static void dispatch(struct evhttp_request *req, void *arg)
 		return;
 	}
 	httpd_error(req, 404, "not_found", "no such endpoint");
+}
+
+static void dispatch(struct evhttp_request *req, void *arg)
+{
+	in_dispatch++;
+	route(req, arg);
+	in_dispatch--;
 }
 
 /*

@@ -1,0 +1,27 @@
+/* httpio: see httpio.h. */
+#include "httpio.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+
+void httpio_write_now(struct evhttp_connection *evcon)
+{
+	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+	struct evbuffer *out = bev ? bufferevent_get_output(bev) : NULL;
+	evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+	int n;
+
+	/* nothing queued: not connected yet (evhttp writes after the connect) */
+	if (fd < 0 || evbuffer_get_length(out) == 0 || !(bufferevent_get_enabled(bev) & EV_WRITE))
+		return;
+	/* the bufferevent keeps its output's front frozen except while it writes */
+	evbuffer_unfreeze(out, 1);
+	n = evbuffer_write(out, fd);
+	evbuffer_freeze(out, 1);
+	if (n <= 0 || evbuffer_get_length(out) > 0)
+		return; /* EAGAIN, an error, or a short write: the bufferevent goes on */
+	/* all out: run evhttp's write callback now, as the bufferevent would */
+	bufferevent_trigger(bev, EV_WRITE, 0);
+}
