@@ -251,7 +251,18 @@ struct post {
 struct inflight {
 	char id[UUID_STR_LEN];
 	int slot;
+	double since; /* its 201 arrived */
 };
+
+/*
+ * How soon after its 201 a saga can be terminal: the SEEN_K-th shortest of
+ * the last SEEN_N times from a 201 to the poll that found the saga terminal
+ * (about the 5th percentile). A poll asks only about sagas older than
+ * GATE_SHARE of that ("due"), and none is sent while no saga is due.
+ */
+#define SEEN_N 64
+#define SEEN_K 4
+#define GATE_SHARE 0.8
 
 static struct {
 	struct event_base *base;
@@ -273,7 +284,10 @@ static struct {
 	struct event *poll_rd, *poll_timer;
 	bool poll_busy;
 	double poll_last;
-	long long polls, finished;
+	long long polls, polled_ids, finished;
+	double seen[SEEN_N]; /* 201 to terminal, last SEEN_N sagas (ring) */
+	int nseen;
+	double gate; /* age from which a saga is due; 0 until SEEN_K are seen */
 	struct event *tick, *progress_ev, *watchdog;
 	double last_progress; /* a POST answered or a saga seen terminal */
 } L;
@@ -323,6 +337,20 @@ static void watchdog_cb(evutil_socket_t fd, short what, void *arg)
 
 static void poll_schedule(void);
 
+static void seen_add(double d)
+{
+	double v[SEEN_N];
+	int n;
+
+	L.seen[L.nseen++ % SEEN_N] = d;
+	n = L.nseen < SEEN_N ? L.nseen : SEEN_N;
+	if (n < SEEN_K)
+		return;
+	memcpy(v, L.seen, (size_t)n * sizeof(double));
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	L.gate = GATE_SHARE * v[SEEN_K - 1];
+}
+
 static void poll_read_cb(evutil_socket_t fd, short what, void *arg)
 {
 	PGresult *r;
@@ -342,9 +370,10 @@ static void poll_read_cb(evutil_socket_t fd, short what, void *arg)
 					continue;
 				int slot = L.inflight[j].slot;
 
+				L.last_progress = now_s();
+				seen_add(L.last_progress - L.inflight[j].since);
 				L.inflight[j] = L.inflight[--L.ninflight];
 				L.finished++;
-				L.last_progress = now_s();
 				slot_next(&L.conns[slot]);
 				break;
 			}
@@ -357,42 +386,69 @@ static void poll_read_cb(evutil_socket_t fd, short what, void *arg)
 	maybe_finish();
 }
 
-static void poll_send(evutil_socket_t fd, short what, void *arg)
+/* Asks about the due sagas; false (nothing sent) when none is. */
+static bool poll_send_due(double t)
 {
 	size_t len = (size_t)L.ninflight * UUID_STR_LEN + 3;
 	char *buf = malloc(len), *p = buf;
+	double gate = L.gate;
+	int n = 0;
 
 	if (!buf)
 		abort();
 	*p++ = '{';
 	for (int i = 0; i < L.ninflight; i++) {
+		if (t - L.inflight[i].since < gate)
+			continue;
+		if (n++)
+			*p++ = ',';
 		memcpy(p, L.inflight[i].id, UUID_STR_LEN - 1);
 		p += UUID_STR_LEN - 1;
-		*p++ = i + 1 < L.ninflight ? ',' : '}';
 	}
+	*p++ = '}';
 	*p = '\0';
+	if (n == 0) {
+		free(buf);
+		return false;
+	}
 	const char *params[1] = { buf };
 	if (!PQsendQueryPrepared(L.poll, "done", 1, params, NULL, NULL, 0))
 		die("poll: %s", PQerrorMessage(L.poll));
 	free(buf);
 	L.poll_busy = true;
-	L.poll_last = now_s();
+	L.poll_last = t;
 	L.polls++;
+	L.polled_ids += n;
 	event_add(L.poll_rd, NULL);
+	return true;
 }
 
+/*
+ * The next poll: --poll-ms after the last one, and not before the oldest
+ * saga in flight is due.
+ */
 static void poll_schedule(void)
 {
 	if (L.poll_busy || L.ninflight == 0 || evtimer_pending(L.poll_timer, NULL))
 		return;
-	double wait = L.poll_last + S.poll_ms / 1000.0 - now_s();
+	double t = now_s(), oldest = t;
 
-	if (wait <= 0) {
-		poll_send(-1, 0, NULL);
+	for (int i = 0; i < L.ninflight; i++)
+		if (L.inflight[i].since < oldest)
+			oldest = L.inflight[i].since;
+	double wait = fmax(L.poll_last + S.poll_ms / 1000.0, oldest + L.gate) - t;
+
+	if (wait <= 0 && poll_send_due(t))
 		return;
-	}
+	if (wait <= 0) /* rounding: the oldest is due within a microsecond */
+		wait = 1e-6;
 	struct timeval tv = { (time_t)wait, (suseconds_t)((wait - floor(wait)) * 1e6) };
 	evtimer_add(L.poll_timer, &tv);
+}
+
+static void poll_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+	poll_schedule();
 }
 
 static void post_done(struct evhttp_request *req, void *arg)
@@ -426,7 +482,9 @@ static void post_done(struct evhttp_request *req, void *arg)
 	if (c->slot >= 0) {
 		if (sid[0] && !S.pace_post) {
 			snprintf(L.inflight[L.ninflight].id, UUID_STR_LEN, "%s", sid);
-			L.inflight[L.ninflight++].slot = c->slot;
+			L.inflight[L.ninflight].slot = c->slot;
+			L.inflight[L.ninflight].since = now_s();
+			L.ninflight++;
 			poll_schedule();
 		} else {
 			if (code != 201) /* do not spin on a failing server */
@@ -601,7 +659,7 @@ static void run_load(void)
 			PQclear(r);
 			L.poll_rd = event_new(L.base, PQsocket(L.poll), EV_READ | EV_PERSIST,
 					      poll_read_cb, NULL);
-			L.poll_timer = evtimer_new(L.base, poll_send, NULL);
+			L.poll_timer = evtimer_new(L.base, poll_timer_cb, NULL);
 		}
 		for (int i = 0; i < S.concurrency; i++)
 			conn_add(i);
@@ -738,8 +796,12 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 		json_object_object_add(o, "per_s",
 				       num((double)L.answered / (L.post_end - L.start)));
 		add_pcts(o, &L.post_lat, p_post, 2);
-		if (L.polls)
+		if (L.polls) {
 			json_object_object_add(o, "terminal_polls", json_object_new_int64(L.polls));
+			json_object_object_add(o, "terminal_polled_ids",
+					       json_object_new_int64(L.polled_ids));
+			json_object_object_add(o, "terminal_poll_gate_ms", num(L.gate * 1000));
+		}
 		json_object_object_add(out, "post", o);
 	}
 
