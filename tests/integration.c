@@ -186,6 +186,10 @@ START_TEST(happy_path)
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-1"), 1000000 - 1200);
+	/* opened by this first payment, already charged (migration 006) */
+	ck_assert_int_eq(env_sql_llf(&env,
+				"SELECT starting_balance FROM payment.accounts WHERE customer_id = '%s'",
+				"c-1"), 1000000);
 
 	snprintf(path, sizeof(path), "/orders/%s", saga);
 	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", path, NULL, NULL, 0, &r), 0);
@@ -225,6 +229,59 @@ START_TEST(decline_fails)
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"poor"), 1000000);
+}
+END_TEST
+
+/* One statement on c, which must succeed; its first value compared with want. */
+static void pq_expect(PGconn *c, const char *sql, const char *want)
+{
+	PGresult *res = PQexec(c, sql);
+
+	ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK,
+		      "%s: %s", sql, PQerrorMessage(c));
+	if (want)
+		ck_assert_str_eq(PQgetvalue(res, 0, 0), want);
+	PQclear(res);
+}
+
+/*
+ * Two first payments of one customer at once (handle_pay, migration 006):
+ * the second's charge finds no account (the first's is not committed), its
+ * insert waits for the first's and then finds the account there, so it must
+ * charge once more, with a snapshot that sees it, instead of declining.
+ */
+START_TEST(first_payments_of_a_customer_race)
+{
+	static const char pay[] = "SELECT result FROM payment.handle_pay(gen_random_uuid(),"
+				  " gen_random_uuid(), 'c-race', %d, 1000, NULL, 0)";
+	char sql[200];
+
+	env_start(&env, SVC_PAY, NULL); /* migrates; stopped so nothing is sent */
+	env_stop(&env, SVC_PAY, SIGTERM);
+	PGconn *a = PQconnectdb(env.admin_url), *b = PQconnectdb(env.admin_url);
+	ck_assert_int_eq(PQstatus(a), CONNECTION_OK);
+	ck_assert_int_eq(PQstatus(b), CONNECTION_OK);
+	pq_expect(a, "SET pgsaga.writer = service", NULL); /* a charge, not a top-up */
+	pq_expect(b, "SET pgsaga.writer = service", NULL);
+	pq_expect(a, "BEGIN", NULL);
+	snprintf(sql, sizeof(sql), pay, 300);
+	pq_expect(a, sql, "PaymentSucceeded");
+	snprintf(sql, sizeof(sql), pay, 500);
+	ck_assert_int_eq(PQsendQuery(b, sql), 1);
+	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM pg_stat_activity"
+				     " WHERE wait_event_type = 'Lock' AND query LIKE '%handle_pay%'",
+			       "1", 10000));
+	pq_expect(a, "COMMIT", NULL);
+	PGresult *res = PQgetResult(b);
+	ck_assert_int_eq(PQresultStatus(res), PGRES_TUPLES_OK);
+	ck_assert_str_eq(PQgetvalue(res, 0, 0), "PaymentSucceeded");
+	PQclear(res);
+	ck_assert_ptr_null(PQgetResult(b));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT balance * 10000000 + starting_balance"
+					  " FROM payment.accounts WHERE customer_id = 'c-race'", 0, NULL),
+			 200LL * 10000000 + 1000);
+	PQfinish(a);
+	PQfinish(b);
 }
 END_TEST
 
@@ -1829,6 +1886,7 @@ static Suite *integration_suite(void)
 	}
 	tcase_add_test(saga, happy_path);
 	tcase_add_test(saga, decline_fails);
+	tcase_add_test(saga, first_payments_of_a_customer_race);
 	tcase_add_test(saga, out_of_stock_compensates);
 	tcase_add_test(saga, step_timeout_compensates);
 	tcase_add_test(saga, no_double_compensation);
