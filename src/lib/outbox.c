@@ -329,7 +329,8 @@ static void ride_done(void *arg, PGresult *res, const struct db_error *err)
 void outbox_query(struct outbox *ob, const char *sql, int nparams, const char *const *params,
 		  db_cb cb, void *arg)
 {
-	const char *with_marks = ob->nacks > 0 ? ride_variant(sql, nparams) : NULL;
+	const char *with_marks =
+		ob->o.mark_ride && ob->nacks > 0 ? ride_variant(sql, nparams) : NULL;
 	const char *all[RIDE_MAX_PARAMS];
 	struct ride *r;
 

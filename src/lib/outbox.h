@@ -51,6 +51,7 @@ struct outbox_opts {
 	int sweep_ms;            /* timer sweep */
 	int retention_s;         /* processed rows and inbox rows kept this long */
 	int mark_window_ms;      /* how long a delivery mark waits for a ride */
+	bool mark_ride;          /* false: outbox_query runs the statement as it is */
 };
 
 /*
