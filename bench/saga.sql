@@ -2,9 +2,7 @@
 -- without HTTP: the ceiling scripts/bench measures pgsaga against.
 --
 --   pgbench -n -M prepared -f bench/saga.sql -c N -j 2 -T S \
---           -D customers=1000 -D items=100 -D prefix=pgb \
---           -D p_event_id=00000000-0000-0000-0000-000000000000 \
---           -D i_event_id=00000000-0000-0000-0000-000000000000 DBURL
+--           -D customers=1000 -D items=100 -D prefix=pgb DBURL
 --
 -- One pgbench "transaction" is one saga: 5 committing statements (the
 -- create, handle_pay, the transition to PendingInventory, handle_reserve,
@@ -14,22 +12,14 @@
 -- birth (next_attempt_at one lease ahead) and sends them from memory; the
 -- claim runs only in sweeps. tps = sagas/s; latency = per-saga latency.
 --
--- The services run this way with MARK_RIDE=1; by default (MARK_RIDE=0,
--- README) they write the marks of a 50 ms window in one outbox_ack instead
--- (about 0.1 statement per saga, asynchronous commit, off the saga's path),
--- which measured faster end to end; the ceiling keeps the riding shape.
---
--- Delivery marks ride on each service's next write (outbox_query in
--- src/lib/outbox.c: a data-modifying CTE "ack" in front of the statement,
--- the ids one uuid[] parameter), not in transactions of their own: the
--- orchestrator's PayCommand mark on the first saga_apply, its
--- ReserveInventoryCommand mark on the second; payment's and inventory's
--- marks on their next handle_pay / handle_reserve, which belongs to the
--- client's next saga. So p_event_id and i_event_id, set by \gset, carry
--- the previous saga's event ids into the next transaction; the two -D
--- options above define them (as the nil UUID, which marks nothing) for a
--- client's first saga, since pgbench cannot test whether a variable is
--- defined.
+-- Delivery marks are not in the ceiling. The services write them apart
+-- from the saga's statements: every MARK_WINDOW_MS (50 ms) window's marks
+-- in one outbox_ack statement per service, with asynchronous commit, off
+-- the path of the sagas (README, "Delivery marks"): about 20 statements/s
+-- per service whatever the load, a small fraction of a statement per saga
+-- at the rates measured, though each still updates 4 rows per saga. Left
+-- out, they make the ceiling a little higher than a faithful copy, never
+-- lower.
 --
 -- Variants, chosen per session by PGOPTIONS (the services set the same
 -- option on their own connections, see db_pool_new in src/lib/db.c):
@@ -45,7 +35,7 @@
 -- once per connection, see src/lib/db.c).
 --
 -- KEEP IN SYNC with the C code: every statement below names its source (as
--- of the commit that made the marks ride on the services' writes). The
+-- of the commit that removed the marks riding on the services' writes). The
 -- services use unqualified names (search_path is their schema); here they
 -- are schema-qualified. Functions carry SET search_path FROM CURRENT, so
 -- qualified calls behave the same.
@@ -55,13 +45,9 @@
 --    literals here: pgbench cannot bind NULL.
 --  * pgbench numbers each :var occurrence as its own parameter where the C
 --    code reuses $n.
---  * A statement's marks are one id (ARRAY[...]); the services bind the
---    ids of every delivery finished since their last write as one
---    '{...}' text ($n::uuid[]), at high load sometimes none or several.
 --  * No ":" right before a letter inside a string literal: pgbench would
 --    take it for a variable.
---  * Everything runs one statement after the other; in pgsaga a mark waits
---    while the receiver already works on the message it acknowledges.
+--  * Everything runs one statement after the other.
 
 \set c random(1, :customers)
 \set i random(1, :items)
@@ -88,9 +74,7 @@ SELECT sid, pcid, rcid, cust, item, trace,
                'it-' || lpad(:i::text, 4, '0') AS item) ids
 \gset
 
--- 1. POST /orders: src/orchestrator/main.c create_sql (orchestrator's pool,
---    through outbox_query: no marks wait here, the previous saga's rode on
---    its transitions, so the statement runs as it is).
+-- 1. POST /orders: src/orchestrator/main.c create_sql (orchestrator's pool).
 --    Params: $1 key, $2 canonical body, $3 saga id, $4 response, $5 ttl,
 --    $6 customer, $7 item, $8 qty, $9 amount, $10 step ms, $11 trace,
 --    $12 command id, $13 payload, $14 LEASE_MS (the row is born claimed).
@@ -133,23 +117,16 @@ SELECT rec.saga_id = :sid::uuid AS fresh,
 -- wake-up script: a row written from outside is due at once)
 
 -- 2. payment receives PayCommand: src/payment/main.c commands[] PayCommand,
---    run by src/lib/command.c through outbox_query ($5 PAYMENT_DEFAULT_CREDIT,
---    $7 LEASE_MS, $8 the marks: the previous saga's PaymentSucceeded, whose
---    delivery payment's dispatcher has seen finish); the PaymentSucceeded it
---    writes is born claimed and sent at once.
-WITH ack AS (UPDATE payment.outbox_messages SET processed_at = now(), last_error = NULL
-              WHERE message_id = ANY (ARRAY[:p_event_id]::uuid[]) AND processed_at IS NULL)
+--    run by src/lib/command.c ($5 PAYMENT_DEFAULT_CREDIT, $7 LEASE_MS); the
+--    PaymentSucceeded it writes is born claimed and sent at once.
 SELECT * FROM payment.handle_pay(:pcid, :sid, :cust, :amount::bigint, :credit::bigint, :trace,
                                  :lease_ms::int)
 \gset p_
 
 -- 3. orchestrator receives PaymentSucceeded: src/orchestrator/main.c
---    apply_sql (saga_apply) through outbox_query, with what
---    transition_decide computes for the one state the event acts in
---    (saga_expected); the command's body gets itemId and qty from the saga
---    (p_with_item). $15 the marks: PayCommand, delivered meanwhile.
-WITH ack AS (UPDATE orchestrator.outbox_messages SET processed_at = now(), last_error = NULL
-              WHERE message_id = ANY (ARRAY[:pcid]::uuid[]) AND processed_at IS NULL)
+--    apply_sql (saga_apply), with what transition_decide computes for the
+--    one state the event acts in (saga_expected); the command's body gets
+--    itemId and qty from the saga (p_with_item).
 SELECT * FROM orchestrator.saga_apply(:p_event_id, :sid, 'PendingPayment', NULL,
                                       'PendingInventory', NULL, 'PaymentSucceeded',
                                       :step_ms::bigint, :rcid, 'inventory',
@@ -157,17 +134,11 @@ SELECT * FROM orchestrator.saga_apply(:p_event_id, :sid, 'PendingPayment', NULL,
                                       :lease_ms::int);
 
 -- 4. inventory receives ReserveInventoryCommand: src/inventory/main.c
---    commands[] ReserveInventoryCommand, run by src/lib/command.c through
---    outbox_query ($7 the marks: the previous saga's InventoryReserved).
-WITH ack AS (UPDATE inventory.outbox_messages SET processed_at = now(), last_error = NULL
-              WHERE message_id = ANY (ARRAY[:i_event_id]::uuid[]) AND processed_at IS NULL)
+--    commands[] ReserveInventoryCommand, run by src/lib/command.c.
 SELECT * FROM inventory.handle_reserve(:rcid, :sid, :item, :qty::int, :trace, :lease_ms::int)
 \gset i_
 
--- 5. orchestrator receives InventoryReserved: main.c apply_sql through
---    outbox_query ($15 the marks: ReserveInventoryCommand).
-WITH ack AS (UPDATE orchestrator.outbox_messages SET processed_at = now(), last_error = NULL
-              WHERE message_id = ANY (ARRAY[:rcid]::uuid[]) AND processed_at IS NULL)
+-- 5. orchestrator receives InventoryReserved: main.c apply_sql.
 SELECT * FROM orchestrator.saga_apply(:i_event_id, :sid, 'PendingInventory', NULL,
                                       'Completed', NULL, 'InventoryReserved',
                                       NULL, NULL, NULL, NULL, NULL, false, :lease_ms::int);

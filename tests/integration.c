@@ -1381,6 +1381,46 @@ START_TEST(graceful_shutdown_exits_zero)
 }
 END_TEST
 
+/* Whether schema's outbox row for saga is marked processed. */
+static bool marked(const char *schema, const char *saga)
+{
+	return env_sql_llf(&env,
+			   "SELECT count(*) FROM %s.outbox_messages"
+			   " WHERE payload->>'sagaId' = '%s' AND processed_at IS NOT NULL",
+			   schema, saga) > 0;
+}
+
+#define OK_TO(peer) "saga_outbox_delivery_attempts_total{peer=\"" peer "\",outcome=\"ok\"}"
+
+/*
+ * A service that stops writes the delivery marks still waiting for their
+ * window before it exits. The window (and the lease, so nothing is
+ * delivered twice) is an hour here: no mark goes out on its own while the
+ * test looks.
+ */
+START_TEST(marks_written_at_shutdown)
+{
+	static const char *const quiet[] = { "MARK_WINDOW_MS=3600000", "LEASE_MS=3600000", NULL };
+	char saga[UUID_STR_LEN];
+	int status;
+
+	for (int s = 0; s < SVC_COUNT; s++)
+		env_start(&env, (enum svc)s, quiet);
+	seed_stock("M1", 100);
+	new_order("c-1", "M1", 1, 10, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	/* delivered, so marked or waiting to be */
+	ck_assert(wait_metric(SVC_PAY, OK_TO("orchestrator"), 1));
+	ck_assert(wait_metric(SVC_INV, OK_TO("orchestrator"), 1));
+	ck_assert(!marked("payment", saga));
+	status = env_stop(&env, SVC_PAY, SIGTERM);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert(marked("payment", saga));
+	ck_assert(!marked("inventory", saga)); /* still running, still waiting */
+}
+END_TEST
+
 /* --- what outside checks found (issue 8) -------------------------------- */
 
 /* Runs argv (a NULL-terminated list) and returns its exit status, or -1. */
@@ -1901,6 +1941,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(delivery, dead_letters_and_retry);
 	tcase_add_test(delivery, circuit_breaker_stops_hammering);
 	tcase_add_test(delivery, graceful_shutdown_exits_zero);
+	tcase_add_test(delivery, marks_written_at_shutdown);
 	tcase_add_test(delivery, database_outage);
 	tcase_add_test(delivery, several_instances);
 	tcase_add_test(sec, role_isolation);

@@ -225,9 +225,7 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	VAR("LEASE_MS", ENVCFG_INT, &app->lease_ms, "30000", 100, 86400000,
 	    "how long a claimed outbox row stays claimed");
 	VAR("MARK_WINDOW_MS", ENVCFG_INT, &app->mark_window_ms, "50", 1, 3600000,
-	    "how long a delivery mark waits (to ride on a write, or for the marks that follow)");
-	VAR("MARK_RIDE", ENVCFG_INT, &app->mark_ride, "0", 0, 1,
-	    "1: delivery marks ride on the service's next write; 0: they go out per window");
+	    "how long a delivery mark waits for the marks that follow");
 	VAR("BREAKER_FAILURES", ENVCFG_INT, &app->breaker_failures, "5", 1, 1000000,
 	    "consecutive failures that open a peer's circuit");
 	VAR("BREAKER_OPEN_MS", ENVCFG_INT, &app->breaker_open_ms, "5000", 1, 86400000,
@@ -508,7 +506,6 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 		.sweep_ms = 1000,
 		.retention_s = (int)app->retention_s,
 		.mark_window_ms = (int)app->mark_window_ms,
-		.mark_ride = app->mark_ride != 0,
 	};
 	app->outbox = outbox_new(app->base, app->pool, &oo, app->transport);
 	if (!app->outbox)

@@ -64,8 +64,7 @@ struct app {
 	const char *transport_name, *amqp_url;
 	int64_t amqp_prefetch;
 	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
-	int64_t breaker_failures, breaker_open_ms, pool_size, retention_s, mark_window_ms,
-		mark_ride;
+	int64_t breaker_failures, breaker_open_ms, pool_size, retention_s, mark_window_ms;
 	/* faults (payment, inventory) */
 	double fail_rate, drop_rate;
 	int64_t delay_ms;

@@ -112,8 +112,7 @@ static void run(struct inmsg m, struct app *app, const char *tail)
 		params[2 + type->nextra] = NULL;
 	}
 	params[3 + type->nextra] = outbox_lease_ms(app->outbox);
-	/* the statement that writes: the outbox's waiting marks ride on it */
-	outbox_query(app->outbox, type->sql, 4 + type->nextra, params, handled, c);
+	db_query(app->pool, type->sql, 4 + type->nextra, params, handled, c);
 	json_object_put(obj);
 }
 

@@ -1,14 +1,12 @@
 /* outbox: see outbox.h. */
 #include "outbox.h"
 
-#include <ctype.h>
 #include <event2/event.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "backoff.h"
@@ -19,26 +17,11 @@
 #include "uuid.h"
 
 #define ACK_MAX 256 /* ids per "processed" statement */
-/*
- * Statements with a variant that carries marks, per process (outbox_query).
- * A service has a handful of hot write statements; one beyond this runs
- * without marks, which only leaves them to the window's own statement.
- */
-#define RIDES_MAX 16
 
 /* Both commit asynchronously: see outbox_claim and outbox_ack in SQL. */
 static const char claim_sql[] = "SELECT * FROM outbox_claim($1::int, $2::int)";
 
 static const char ack_sql[] = "SELECT outbox_ack($1::uuid[])";
-
-/*
- * The same marks as outbox_ack, as a CTE of someone else's statement. No
- * set_config('synchronous_commit', ...) here: it would make that
- * statement's own commit asynchronous. The marks simply commit with it.
- */
-static const char ride_cte[] =
-	"WITH ack AS (UPDATE outbox_messages SET processed_at = now(), last_error = NULL"
-	" WHERE message_id = ANY ($%d::uuid[]) AND processed_at IS NULL)";
 
 /* $2 attempts to add, $3 delay, $4 dead, $5 error */
 static const char fail_sql[] =
@@ -88,7 +71,6 @@ struct outbox {
 	int nacks, acks_cap;
 	bool acking;
 	struct event *ack_ev;       /* fires mark_window_ms after the first unsent mark */
-	int riding;                 /* outbox_query statements out with marks */
 	struct metric_family *attempts_total, *latency;
 	struct event *stats_timer;
 	bool stats_running;
@@ -207,8 +189,8 @@ static void queue_mark(struct outbox *ob, const char *id)
 }
 
 /*
- * Marks are waiting: give a write statement the window to take them, then
- * send them on their own. Once stopping, nothing waits.
+ * Marks are waiting: the window's first starts the window, whose end sends
+ * them all in one statement. Once stopping, nothing waits.
  */
 static void marks_waiting(struct outbox *ob)
 {
@@ -235,123 +217,6 @@ static void flush_acks(struct outbox *ob)
 	ob->marking++;
 	const char *params[1] = { buf };
 	db_query(ob->pool, ack_sql, 1, params, ack_done, ob);
-}
-
-/* --- marks that ride on the service's own write statements --- */
-
-/*
- * Each statement's variant with the marks, found by the address of its
- * text (process-wide and never freed, like db.c's prepared statements,
- * which are found the same way: a freed text's address coming back for
- * another statement would run the wrong prepared one).
- */
-static struct {
-	const char *sql;
-	char *with_marks; /* NULL: this statement cannot carry marks */
-} rides[RIDES_MAX];
-static int nrides;
-
-#define RIDE_MAX_PARAMS 32
-
-static bool starts_word(const char *p, const char *word)
-{
-	size_t n = strlen(word);
-
-	return strncasecmp(p, word, n) == 0 && isspace((unsigned char)p[n]);
-}
-
-char *outbox_marks_sql(const char *sql, int mark_param)
-{
-	char cte[sizeof(ride_cte) + 16];
-	const char *p = sql, *rest;
-	char *out;
-	size_t len;
-
-	while (isspace((unsigned char)*p))
-		p++;
-	snprintf(cte, sizeof(cte), ride_cte, mark_param);
-	if (starts_word(p, "SELECT")) {
-		rest = p;
-	} else if (starts_word(p, "WITH")) {
-		rest = p + 4;
-		while (isspace((unsigned char)*rest))
-			rest++;
-		if (starts_word(rest, "RECURSIVE"))
-			return NULL;
-	} else {
-		return NULL;
-	}
-	len = strlen(cte) + strlen(rest) + 3;
-	out = malloc(len);
-	if (out)
-		snprintf(out, len, "%s%s %s", cte, rest == p ? "" : ",", rest);
-	return out;
-}
-
-/* sql's variant with the marks as $nparams+1, built the first time. */
-static const char *ride_variant(const char *sql, int nparams)
-{
-	for (int i = 0; i < nrides; i++)
-		if (rides[i].sql == sql)
-			return rides[i].with_marks;
-	if (nrides == RIDES_MAX)
-		return NULL;
-	rides[nrides].sql = sql;
-	rides[nrides].with_marks = nparams < RIDE_MAX_PARAMS ? outbox_marks_sql(sql, nparams + 1)
-							     : NULL;
-	return rides[nrides++].with_marks;
-}
-
-struct ride {
-	struct outbox *ob;
-	db_cb cb;
-	void *arg;
-	int n;
-	char marks[]; /* "{id,id,...}" */
-};
-
-static void ride_done(void *arg, PGresult *res, const struct db_error *err)
-{
-	struct ride *r = arg;
-	struct outbox *ob = r->ob;
-
-	ob->riding--;
-	if (err->status != DB_OK) {
-		/* rolled back, or its outcome is unknown: marking twice is harmless */
-		for (int i = 0; i < r->n; i++)
-			queue_mark(ob, r->marks + 1 + (size_t)i * UUID_STR_LEN);
-		marks_waiting(ob);
-	}
-	r->cb(r->arg, res, err);
-	free(r);
-}
-
-void outbox_query(struct outbox *ob, const char *sql, int nparams, const char *const *params,
-		  db_cb cb, void *arg)
-{
-	const char *with_marks =
-		ob->o.mark_ride && ob->nacks > 0 ? ride_variant(sql, nparams) : NULL;
-	const char *all[RIDE_MAX_PARAMS];
-	struct ride *r;
-
-	if (!with_marks) {
-		db_query(ob->pool, sql, nparams, params, cb, arg);
-		return;
-	}
-	r = malloc(sizeof(*r) + MARKS_LEN(ob->nacks < ACK_MAX ? ob->nacks : ACK_MAX));
-	if (!r)
-		abort();
-	r->ob = ob;
-	r->cb = cb;
-	r->arg = arg;
-	r->n = take_marks(ob, r->marks);
-	if (ob->nacks == 0)
-		evtimer_del(ob->ack_ev); /* nothing left for the window */
-	for (int i = 0; i < nparams; i++)
-		all[i] = params[i];
-	all[nparams] = r->marks;
-	ob->riding++;
-	db_query(ob->pool, with_marks, nparams + 1, all, ride_done, r);
 }
 
 static void delivered(struct transport_send *s, const struct transport_result *r)
@@ -596,7 +461,7 @@ void outbox_stop(struct outbox *ob)
 	evtimer_del(ob->stats_timer);
 	db_listen_free(ob->listen);
 	ob->listen = NULL;
-	/* no statement of this service's is coming to take them */
+	/* nothing waits for the window any more */
 	evtimer_del(ob->ack_ev);
 	flush_acks(ob);
 }
@@ -604,7 +469,7 @@ void outbox_stop(struct outbox *ob)
 bool outbox_idle(const struct outbox *ob)
 {
 	return ob->stopping && !ob->claiming && ob->in_flight == 0 && ob->marking == 0 &&
-	       ob->nacks == 0 && ob->riding == 0 && !ob->stats_running;
+	       ob->nacks == 0 && !ob->stats_running;
 }
 
 void outbox_free(struct outbox *ob)

@@ -11,17 +11,13 @@
  * Rows are delivered concurrently through a transport (transport.h: HTTP or
  * AMQP); successes are marked processed in batches.
  *
- * Delivery marks (processed_at) ride on the service's own write
- * transactions: a mark waits in memory until the next statement run with
- * outbox_query, which carries every waiting mark (up to 256) as one more
- * parameter in a data-modifying CTE prepended to the statement, so the
- * marks commit with it, synchronously like the statement itself, at no
- * extra transaction or round trip. If that statement fails (SQL error,
- * lost connection), its marks wait again. Marks no statement takes within
- * mark_window_ms go out on their own (outbox_ack, asynchronous commit), as
- * do all waiting marks once the outbox stops. A mark is never needed
- * promptly: until it commits the row stays claimed for its lease, and a
- * mark lost in a crash only brings a redelivery the receiver deduplicates.
+ * Delivery marks (processed_at) wait in memory for a window: the first
+ * mark starts it, and mark_window_ms later every mark waiting (up to 256
+ * per statement) goes out in one statement (outbox_ack, asynchronous
+ * commit), off the path of the sagas; all waiting marks go out once the
+ * outbox stops. A mark is never needed promptly: until it commits the row
+ * stays claimed for its lease, and a mark lost in a crash only brings a
+ * redelivery the receiver deduplicates.
  *
  * Delivery policy, whatever the transport: TRANSPORT_OK is done; a
  * TRANSPORT_RETRY is retried after an exponential backoff with full jitter
@@ -50,8 +46,7 @@ struct outbox_opts {
 	int lease_ms;
 	int sweep_ms;            /* timer sweep */
 	int retention_s;         /* processed rows and inbox rows kept this long */
-	int mark_window_ms;      /* how long a delivery mark waits for a ride */
-	bool mark_ride;          /* false: outbox_query runs the statement as it is */
+	int mark_window_ms;      /* how long the first waiting delivery mark waits */
 };
 
 /*
@@ -76,27 +71,6 @@ void outbox_send(struct outbox *ob, const char *id, const char *kind, const char
 
 /* The lease, as text for a statement parameter (milliseconds). */
 const char *outbox_lease_ms(const struct outbox *ob);
-
-/*
- * Like db_query on the outbox's pool, for a statement that writes: it also
- * carries the delivery marks waiting now, if any (see the top). sql is
- * borrowed (a literal: its variant with the marks is built the first time
- * and found again by the address of the text, as db.c finds its prepared
- * statements); it must be one SELECT or WITH statement with nparams
- * parameters and must not turn off synchronous_commit, or the caller's own
- * commit would stop being durable. Any other text runs as it is, without
- * marks. The callback is the caller's, as with db_query.
- */
-void outbox_query(struct outbox *ob, const char *sql, int nparams, const char *const *params,
-		  db_cb cb, void *arg);
-
-/*
- * The variant of sql that also marks the ids of the uuid[] parameter
- * $mark_param processed: "WITH ack AS (UPDATE ...) <sql>", or for a
- * statement that starts with WITH, "WITH ack AS (UPDATE ...), <its CTEs>".
- * NULL when sql is neither (or out of memory). The caller frees it.
- */
-char *outbox_marks_sql(const char *sql, int mark_param);
 
 /* Stop claiming; deliveries in flight finish and their marks are written. */
 void outbox_stop(struct outbox *ob);

@@ -227,7 +227,7 @@ static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 	const char *params[14] = { key,	  canon,     c->saga_id, c->response, ttl_s,
 				   customer, item,	     qty_s,	 amount_s,    step_s,
 				   c->trace, c->cmd_id, c->payload, outbox_lease_ms(O.app.outbox) };
-	outbox_query(O.app.outbox, create_sql, 14, params, order_done, c);
+	db_query(O.app.pool, create_sql, 14, params, order_done, c);
 	free(canon);
 	json_object_put(obj);
 }
@@ -405,9 +405,9 @@ static void transition_send(struct transition *t)
 		t->reason,
 	};
 	if (t->reason)
-		outbox_query(O.app.outbox, cancel_sql, 15, params, transition_applied, t);
+		db_query(O.app.pool, cancel_sql, 15, params, transition_applied, t);
 	else
-		outbox_query(O.app.outbox, apply_sql, 14, params, transition_applied, t);
+		db_query(O.app.pool, apply_sql, 14, params, transition_applied, t);
 }
 
 /* Decides what ev does to a saga in from/undo; false when it does nothing. */

@@ -12,6 +12,5 @@ Suite *fsm_suite(void);
 Suite *breaker_suite(void);
 Suite *httpd_suite(void);
 Suite *admin_auth_suite(void);
-Suite *outbox_suite(void);
 
 #endif
