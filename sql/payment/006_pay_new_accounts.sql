@@ -1,8 +1,10 @@
 -- handle_pay: a customer's first payment opens the account already charged
 -- (issue #11). Same name, arguments, results and semantics as in
--- 006_fewer_statements_payment.sql, which charges first and, when the
--- charge finds nothing, inserts the default account and charges again:
--- three statements for a customer's first payment where 002 had two.
+-- 002_payment.sql, with the answering event written by the handler's own
+-- INSERT as in 006_fewer_statements_payment.sql. Its first version there
+-- (released with this file, and since removed from it) charged first and,
+-- when the charge found nothing, inserted the default account and charged
+-- again: three statements for a customer's first payment where 002 had two.
 --
 -- Now a new account is inserted already charged (balance = default credit
 -- - amount, starting_balance = default credit) when the credit covers the
