@@ -232,6 +232,8 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	    "how long an open circuit waits before one probe");
 	VAR("DB_POOL_SIZE", ENVCFG_INT, &app->pool_size, "8", 1, 100,
 	    "database connections of the pool");
+	VAR("DB_WRITERS", ENVCFG_INT, &app->db_writers, "2", 1, 100,
+	    "pool connections that run the service's writes at once; writes that wait commit together");
 	VAR("RETENTION_S", ENVCFG_INT, &app->retention_s, "604800", 1, 315360000,
 	    "processed outbox rows and inbox rows older than this are deleted");
 	VAR("TRANSPORT", ENVCFG_STRING, &app->transport_name, "http", 0, 0,
@@ -483,6 +485,7 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 	app->pool = db_pool_new(app->base, app->database_url, spec->service, (int)app->pool_size);
 	if (!app->pool)
 		return 1;
+	db_pool_set_writers(app->pool, (int)app->db_writers);
 	metrics_gauge_fn("saga_db_pool_in_use", "Pool connections running a statement", "",
 			 gauge_pool_busy, app->pool);
 	metrics_gauge_fn("saga_db_pool_waiting", "Statements waiting for a pool connection", "",

@@ -64,7 +64,8 @@ struct app {
 	const char *transport_name, *amqp_url;
 	int64_t amqp_prefetch;
 	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
-	int64_t breaker_failures, breaker_open_ms, pool_size, retention_s, mark_window_ms;
+	int64_t breaker_failures, breaker_open_ms, pool_size, db_writers, retention_s,
+		mark_window_ms;
 	/* faults (payment, inventory) */
 	double fail_rate, drop_rate;
 	int64_t delay_ms;

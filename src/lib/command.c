@@ -112,7 +112,9 @@ static void run(struct inmsg m, struct app *app, const char *tail)
 		params[2 + type->nextra] = NULL;
 	}
 	params[3 + type->nextra] = outbox_lease_ms(app->outbox);
-	db_query(app->pool, type->sql, 4 + type->nextra, params, handled, c);
+	/* commits with the commands that wait beside it, in the order of the rows they lock */
+	db_query_grouped(app->pool, type->nextra > 0 ? params[2] : sid, type->sql, 4 + type->nextra,
+			 params, handled, c);
 	json_object_put(obj);
 }
 

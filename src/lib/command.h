@@ -28,6 +28,12 @@ struct command_type {
 	 * (or 'duplicate'), the event's id and its payload.
 	 */
 	const char *sql;
+	/*
+	 * Statements are grouped (db_query_grouped, src/lib/db.h), keyed by the
+	 * first extra field, which names the row the handler locks (the
+	 * customer's account, the item's stock), or by the saga id when there
+	 * is none.
+	 */
 	int nextra;
 	/*
 	 * Reads the type's own fields into extra[i] (texts, may point into

@@ -16,6 +16,7 @@
 
 #include "backoff.h"
 #include "log.h"
+#include "metrics.h"
 
 #define CONNECT_TIMEOUT_MS 5000
 #define QUERY_TIMEOUT_MS 15000
@@ -29,7 +30,19 @@ enum conn_state {
 	CONN_IDLE,       /* watching for EOF or notifications */
 	CONN_PREPARING,  /* PQsendPrepare of the request's statement is out */
 	CONN_BUSY,       /* a statement is out, flushing and reading */
+	CONN_GROUP,      /* a pipeline of grouped statements is out (pool only) */
 };
+
+/*
+ * Grouped statements (db_query_grouped) that wait together go out on one
+ * connection as a libpq pipeline with one Sync at the end: the server runs
+ * them in one implicit transaction, so they commit together, one commit
+ * record and one WAL flush for all of them. Groups form only from
+ * statements that wait anyway: for a writer slot (db_pool_set_writers) or a
+ * connection. A group takes at most GROUP_MAX statements, and no more than
+ * its writer's share of the grouped statements that wait.
+ */
+#define GROUP_MAX 16
 
 /*
  * Statements are prepared on each connection the first time it runs them,
@@ -59,6 +72,11 @@ struct db_req {
 	char **params;
 	db_cb cb;
 	void *arg;
+	bool grouped;     /* may share a transaction (db_query_grouped) */
+	const char *key;  /* grouped: the order within the group */
+	bool alone;       /* its group failed: it runs again by itself */
+	bool prepare;     /* in a group: a Parse goes out before it */
+	PGresult *res;    /* in a group: its result, until the Sync's */
 };
 TAILQ_HEAD(req_queue, db_req);
 
@@ -71,6 +89,12 @@ struct conn {
 	int armed_fd;
 	short armed_what;
 	struct db_req *req;   /* while CONN_BUSY (pool only) */
+	struct req_queue group; /* while CONN_GROUP, in the order sent */
+	int ngroup;
+	struct db_req *cur;   /* CONN_GROUP: the statement whose results come next */
+	bool cur_prepare;     /* ... and they are its Parse's */
+	bool group_failed;    /* CONN_GROUP: an error no statement owns (the commit's) */
+	bool writer;          /* running grouped statements: counts in pool->writing */
 	PGresult *res;        /* the statement's result, until ReadyForQuery */
 	uint64_t prepared;    /* prepared_slot bits prepared on this connection */
 	struct db_pool *pool; /* NULL for a listen connection */
@@ -86,8 +110,11 @@ struct db_pool {
 	bool ever_up; /* until the first connect, queries wait instead of failing */
 	int busy;
 	int waiting;
+	int writers;  /* connections that may run grouped statements at once */
+	int writing;  /* ... and do now */
 	struct req_queue queue;
 	struct conn *conns;
+	struct metric_series *groups, *grouped; /* group commits, statements in them */
 };
 
 struct db_listen {
@@ -103,6 +130,7 @@ static void conn_event_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_timer_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_start(struct conn *c);
 static void pool_dispatch(struct db_pool *pool);
+static void conn_unwrite(struct conn *c);
 static void conn_send(struct conn *c, struct db_req *r);
 
 static struct event_base *conn_base(const struct conn *c)
@@ -172,8 +200,9 @@ static void pool_fail_queue(struct db_pool *pool, const char *why)
  */
 static void conn_down(struct conn *c, const char *why)
 {
-	bool was_up = c->state == CONN_IDLE || c->state == CONN_BUSY || c->state == CONN_PREPARING;
+	bool was_up = c->state != CONN_DOWN && c->state != CONN_CONNECTING;
 	struct db_req *r = c->req;
+	struct req_queue group = TAILQ_HEAD_INITIALIZER(group);
 	char reason[256];
 
 	/* why often points into c->pg, which PQfinish frees below */
@@ -191,21 +220,40 @@ static void conn_down(struct conn *c, const char *why)
 		PQfinish(c->pg);
 	c->pg = NULL;
 	c->req = NULL;
+	TAILQ_CONCAT(&group, &c->group, link);
+	c->ngroup = 0;
+	c->cur = NULL;
 	c->prepared = 0;
 	c->state = CONN_DOWN;
 	c->failures++;
 	conn_timer(c, backoff_delay_ms(RECONNECT_BASE_MS, RECONNECT_CAP_MS, c->failures,
 				       backoff_random()) + RECONNECT_BASE_MS / 2);
 	if (c->pool) {
+		conn_unwrite(c);
 		if (was_up)
 			c->pool->up--;
 		if (r) {
 			c->pool->busy--;
 			req_finish(r, NULL, DB_UNAVAILABLE, NULL, why);
 		}
+		/* a group's outcome is as unknown as a statement's: the Sync may have gone out */
+		while ((r = TAILQ_FIRST(&group)) != NULL) {
+			TAILQ_REMOVE(&group, r, link);
+			c->pool->busy--;
+			PQclear(r->res);
+			req_finish(r, NULL, DB_UNAVAILABLE, NULL, why);
+		}
 		if (c->pool->up == 0 && (c->pool->ever_up || c->failures > 1))
 			pool_fail_queue(c->pool, "database unavailable");
 	}
+}
+
+/* Gives back the connection's writer slot, if it holds one. */
+static void conn_unwrite(struct conn *c)
+{
+	if (c->writer)
+		c->pool->writing--;
+	c->writer = false;
 }
 
 static void conn_idle(struct conn *c)
@@ -336,6 +384,7 @@ static void conn_finish_busy(struct conn *c)
 	}
 	c->req = NULL;
 	c->pool->busy--;
+	conn_unwrite(c);
 	conn_idle(c);
 
 	ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
@@ -349,6 +398,104 @@ static void conn_finish_busy(struct conn *c)
 	}
 	PQclear(res);
 	pool_dispatch(c->pool);
+}
+
+/*
+ * The group is over (its Sync's result came): hand each statement its
+ * result, or, when any of them failed, none committed and each runs again
+ * alone, at the head of the queue, so that its caller sees the outcome it
+ * would have had without the others.
+ */
+static void group_done(struct conn *c)
+{
+	struct req_queue group = TAILQ_HEAD_INITIALIZER(group);
+	struct db_req *r;
+	bool ok = !c->group_failed;
+
+	if (!PQexitPipelineMode(c->pg)) {
+		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	TAILQ_FOREACH(r, &c->group, link) {
+		ExecStatusType st = r->res ? PQresultStatus(r->res) : PGRES_FATAL_ERROR;
+
+		ok = ok && (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK);
+	}
+	TAILQ_CONCAT(&group, &c->group, link);
+	c->pool->busy -= c->ngroup;
+	if (ok) {
+		metric_add(c->pool->groups, 1);
+		metric_add(c->pool->grouped, c->ngroup);
+	}
+	c->ngroup = 0;
+	c->cur = NULL;
+	conn_unwrite(c);
+	conn_idle(c);
+	if (!ok) {
+		log_debug("a group of statements failed; each runs again alone");
+		while ((r = TAILQ_LAST(&group, req_queue)) != NULL) {
+			TAILQ_REMOVE(&group, r, link);
+			PQclear(r->res);
+			r->res = NULL;
+			r->alone = true;
+			TAILQ_INSERT_HEAD(&c->pool->queue, r, link);
+			c->pool->waiting++;
+		}
+	}
+	while ((r = TAILQ_FIRST(&group)) != NULL) {
+		PGresult *res = r->res;
+
+		TAILQ_REMOVE(&group, r, link);
+		req_finish(r, res, DB_OK, NULL, NULL);
+		PQclear(res);
+	}
+	pool_dispatch(c->pool);
+}
+
+/*
+ * Reads a group's results: each Parse sent and each statement yields its
+ * results and then a NULL, and the Sync a PGRES_PIPELINE_SYNC.
+ */
+static void conn_finish_group(struct conn *c)
+{
+	PGresult *res;
+
+	while (!PQisBusy(c->pg)) {
+		res = PQgetResult(c->pg);
+		if (!res) {
+			if (!c->cur) {
+				conn_down(c, "pipeline out of step");
+				return;
+			}
+			if (c->cur_prepare) {
+				c->cur_prepare = false;
+			} else {
+				c->cur = TAILQ_NEXT(c->cur, link);
+				c->cur_prepare = c->cur && c->cur->prepare;
+			}
+			continue;
+		}
+		ExecStatusType st = PQresultStatus(res);
+
+		if (st == PGRES_PIPELINE_SYNC) {
+			PQclear(res);
+			group_done(c);
+			return;
+		}
+		if (!c->cur) {
+			c->group_failed = c->group_failed || st != PGRES_COMMAND_OK;
+			PQclear(res);
+		} else if (c->cur_prepare && st == PGRES_COMMAND_OK) {
+			c->prepared |= UINT64_C(1) << prepared_slot(c->cur->sql);
+			PQclear(res);
+		} else if (!c->cur->res) {
+			c->cur->res = res; /* a failed Parse stands for its statement */
+		} else {
+			PQclear(res);
+		}
+	}
+	if (PQstatus(c->pg) == CONNECTION_BAD)
+		conn_down(c, PQerrorMessage(c->pg));
 }
 
 static void conn_finish_setup(struct conn *c)
@@ -388,6 +535,7 @@ static void conn_event_cb(evutil_socket_t fd, short what, void *arg)
 	case CONN_SETUP:
 	case CONN_PREPARING:
 	case CONN_BUSY:
+	case CONN_GROUP:
 		if (what & EV_WRITE) {
 			int f = PQflush(c->pg);
 
@@ -402,6 +550,8 @@ static void conn_event_cb(evutil_socket_t fd, short what, void *arg)
 				return;
 			if (c->state == CONN_SETUP)
 				conn_finish_setup(c);
+			else if (c->state == CONN_GROUP)
+				conn_finish_group(c);
 			else
 				conn_finish_busy(c);
 		}
@@ -425,6 +575,7 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
 	case CONN_SETUP:
 	case CONN_PREPARING:
 	case CONN_BUSY:
+	case CONN_GROUP:
 		conn_down(c, "statement timed out");
 		return;
 	case CONN_IDLE:
@@ -438,6 +589,7 @@ static void conn_init(struct conn *c, struct event_base *base)
 	c->timer = evtimer_new(base, conn_timer_cb, c);
 	c->armed_fd = -1;
 	c->state = CONN_DOWN;
+	TAILQ_INIT(&c->group);
 }
 
 static void conn_fini(struct conn *c)
@@ -484,17 +636,136 @@ static void conn_send(struct conn *c, struct db_req *r)
 	conn_arm(c, f == 1 ? EV_READ | EV_WRITE : EV_READ);
 }
 
+/* Sends one statement of a group, with its Parse the first time. */
+static bool group_send_one(struct conn *c, struct db_req *r, uint64_t *parsing)
+{
+	int slot = prepared_slot(r->sql);
+	uint64_t bit = slot < 0 ? 0 : UINT64_C(1) << slot;
+	char name[16];
+
+	snprintf(name, sizeof(name), "s%d", slot);
+	if (slot < 0)
+		return PQsendQueryParams(c->pg, r->sql, r->nparams, NULL,
+					 (const char *const *)r->params, NULL, NULL, 0);
+	r->prepare = !((c->prepared | *parsing) & bit);
+	if (r->prepare && !PQsendPrepare(c->pg, name, r->sql, r->nparams, NULL))
+		return false;
+	*parsing |= bit;
+	return PQsendQueryPrepared(c->pg, name, r->nparams, (const char *const *)r->params, NULL,
+				   NULL, 0);
+}
+
+/*
+ * Sends first and up to max - 1 more grouped statements from the queue as
+ * one pipeline. Returns false, having sent nothing, when no other grouped
+ * statement waits.
+ */
+static bool conn_send_group(struct conn *c, struct db_req *first, int max)
+{
+	struct db_pool *pool = c->pool;
+	struct db_req *r, *next;
+	uint64_t parsing = 0;
+	int f;
+
+	for (r = TAILQ_FIRST(&pool->queue); r && c->ngroup + 1 < max; r = next) {
+		next = TAILQ_NEXT(r, link);
+		if (!r->grouped || r->alone)
+			continue;
+		TAILQ_REMOVE(&pool->queue, r, link);
+		pool->waiting--;
+		TAILQ_INSERT_TAIL(&c->group, r, link);
+		c->ngroup++;
+	}
+	if (c->ngroup == 0)
+		return false;
+	/* by key, stably: groups lock contended rows in one order, so never in a cycle */
+	struct req_queue sorted = TAILQ_HEAD_INITIALIZER(sorted);
+	TAILQ_INSERT_HEAD(&c->group, first, link);
+	while ((r = TAILQ_FIRST(&c->group)) != NULL) {
+		struct db_req *at = TAILQ_LAST(&sorted, req_queue);
+
+		TAILQ_REMOVE(&c->group, r, link);
+		while (at && strcmp(at->key, r->key) > 0)
+			at = TAILQ_PREV(at, req_queue, link);
+		if (at)
+			TAILQ_INSERT_AFTER(&sorted, at, r, link);
+		else
+			TAILQ_INSERT_HEAD(&sorted, r, link);
+	}
+	TAILQ_CONCAT(&c->group, &sorted, link);
+	first = TAILQ_FIRST(&c->group);
+	c->ngroup++;
+	c->state = CONN_GROUP;
+	c->pool->busy += c->ngroup;
+	c->cur = first;
+	c->group_failed = false;
+	bool ok = PQenterPipelineMode(c->pg);
+	TAILQ_FOREACH(r, &c->group, link)
+		ok = ok && group_send_one(c, r, &parsing);
+	c->cur_prepare = first->prepare;
+	if (!ok || !PQpipelineSync(c->pg) || (f = PQflush(c->pg)) < 0) {
+		/* nothing commits without the Sync: the statements can wait for another connection */
+		while ((r = TAILQ_LAST(&c->group, req_queue)) != NULL) {
+			TAILQ_REMOVE(&c->group, r, link);
+			TAILQ_INSERT_HEAD(&pool->queue, r, link);
+			pool->waiting++;
+			pool->busy--;
+		}
+		c->ngroup = 0;
+		conn_down(c, PQerrorMessage(c->pg));
+		return true;
+	}
+	conn_timer(c, QUERY_TIMEOUT_MS);
+	conn_arm(c, f == 1 ? EV_READ | EV_WRITE : EV_READ);
+	return true;
+}
+
+static bool groupable(const struct db_req *r)
+{
+	return r->grouped && !r->alone;
+}
+
+/*
+ * The first statement in the queue that may start now (grouped ones only
+ * while a writer slot is free), and how many grouped statements wait.
+ */
+static struct db_req *next_startable(struct db_pool *pool, int *grouped)
+{
+	struct db_req *r, *found = NULL;
+
+	*grouped = 0;
+	TAILQ_FOREACH(r, &pool->queue, link) {
+		*grouped += groupable(r);
+		if (!found && (!groupable(r) || pool->writing < pool->writers))
+			found = r;
+	}
+	return found;
+}
+
 static void pool_dispatch(struct db_pool *pool)
 {
 	for (int i = 0; i < pool->size && !TAILQ_EMPTY(&pool->queue); i++) {
 		struct conn *c = &pool->conns[i];
 		struct db_req *r;
+		int grouped;
 
 		if (c->state != CONN_IDLE)
 			continue;
-		r = TAILQ_FIRST(&pool->queue);
+		r = next_startable(pool, &grouped);
+		if (!r)
+			return;
 		TAILQ_REMOVE(&pool->queue, r, link);
 		pool->waiting--;
+		if (groupable(r)) {
+			/* this writer's share of the grouped statements that wait */
+			int slots = pool->writers - pool->writing;
+			int share = (grouped + slots - 1) / slots;
+
+			c->writer = true;
+			pool->writing++;
+			if (share > 1 && conn_send_group(c, r, share < GROUP_MAX ? share : GROUP_MAX))
+				continue;
+		}
 		conn_send(c, r);
 	}
 }
@@ -512,6 +783,16 @@ struct db_pool *db_pool_new(struct event_base *base, const char *conninfo, const
 	pool->conninfo = strdup(conninfo);
 	pool->options = strdup(opts);
 	pool->size = size;
+	pool->writers = size;
+	pool->groups = metrics_series(
+		metrics_family("saga_db_group_commits_total",
+			       "Transactions that committed several statements (db_query_grouped)",
+			       METRIC_COUNTER),
+		"");
+	pool->grouped = metrics_series(
+		metrics_family("saga_db_grouped_statements_total",
+			       "Statements committed in those transactions", METRIC_COUNTER),
+		"");
 	pool->conns = calloc((size_t)size, sizeof(*pool->conns));
 	TAILQ_INIT(&pool->queue);
 	if (!pool->conninfo || !pool->options || !pool->conns) {
@@ -530,14 +811,20 @@ void db_pool_free(struct db_pool *pool)
 {
 	if (!pool)
 		return;
+	struct db_req *r;
+
 	for (int i = 0; pool->conns && i < pool->size; i++) {
 		struct conn *c = &pool->conns[i];
 
 		if (c->req)
 			req_free(c->req);
+		while ((r = TAILQ_FIRST(&c->group)) != NULL) {
+			TAILQ_REMOVE(&c->group, r, link);
+			PQclear(r->res);
+			req_free(r);
+		}
 		conn_fini(c);
 	}
-	struct db_req *r;
 	while ((r = TAILQ_FIRST(&pool->queue)) != NULL) {
 		TAILQ_REMOVE(&pool->queue, r, link);
 		req_free(r);
@@ -553,16 +840,16 @@ static void unavailable_cb(evutil_socket_t fd, short what, void *arg)
 	req_finish(arg, NULL, DB_UNAVAILABLE, NULL, "database unavailable");
 }
 
-void db_query(struct db_pool *pool, const char *sql, int nparams, const char *const *params,
-	      db_cb cb, void *arg)
+static void enqueue(struct db_pool *pool, const char *key, const char *sql, int nparams,
+		    const char *const *params, db_cb cb, void *arg)
 {
-	size_t len = 0;
+	size_t len = key ? strlen(key) + 1 : 0;
 	struct db_req *r;
 	char **pv, *p;
 
 	for (int i = 0; i < nparams; i++)
 		len += params[i] ? strlen(params[i]) + 1 : 0;
-	/* the request, its parameter array and the parameter texts in one block */
+	/* the request, its parameter array, the parameter texts and the key in one block */
 	r = malloc(sizeof(*r) + (size_t)nparams * sizeof(char *) + len);
 	if (!r)
 		abort();
@@ -585,6 +872,11 @@ void db_query(struct db_pool *pool, const char *sql, int nparams, const char *co
 	r->params = pv;
 	r->cb = cb;
 	r->arg = arg;
+	r->grouped = key != NULL;
+	r->key = key ? memcpy(p, key, strlen(key) + 1) : NULL;
+	r->alone = false;
+	r->prepare = false;
+	r->res = NULL;
 	if (pool->up == 0 && pool->ever_up) {
 		/* fail soon, but never from inside this call */
 		if (event_base_once(pool->base, -1, EV_TIMEOUT, unavailable_cb, r, NULL) != 0)
@@ -594,6 +886,18 @@ void db_query(struct db_pool *pool, const char *sql, int nparams, const char *co
 	TAILQ_INSERT_TAIL(&pool->queue, r, link);
 	pool->waiting++;
 	pool_dispatch(pool);
+}
+
+void db_query(struct db_pool *pool, const char *sql, int nparams, const char *const *params,
+	      db_cb cb, void *arg)
+{
+	enqueue(pool, NULL, sql, nparams, params, cb, arg);
+}
+
+void db_query_grouped(struct db_pool *pool, const char *key, const char *sql, int nparams,
+		      const char *const *params, db_cb cb, void *arg)
+{
+	enqueue(pool, key, sql, nparams, params, cb, arg);
 }
 
 bool db_pool_ready(const struct db_pool *pool)
@@ -609,6 +913,12 @@ int db_pool_busy(const struct db_pool *pool)
 int db_pool_waiting(const struct db_pool *pool)
 {
 	return pool->waiting;
+}
+
+void db_pool_set_writers(struct db_pool *pool, int writers)
+{
+	pool->writers = writers < 1 ? 1 : writers;
+	pool_dispatch(pool);
 }
 
 int db_pool_size(const struct db_pool *pool)

@@ -61,6 +61,35 @@ void db_pool_free(struct db_pool *pool);
 void db_query(struct db_pool *pool, const char *sql, int nparams, const char *const *params,
 	      db_cb cb, void *arg);
 
+/*
+ * As db_query, for a statement that may commit in one transaction with other
+ * grouped statements (group commit: one commit record and one WAL flush for
+ * all). Grouping happens only when statements wait for a connection; then
+ * up to 16 of them go out on one connection as a pipeline. When any of them
+ * fails, none of them commits and each runs again alone, so every caller
+ * sees the outcome its statement would have had by itself. Only for
+ * statements that need no transaction of their own: no transaction control,
+ * no setting left behind for the statements after it (set_config(..., true)),
+ * and now() is the group's start, not the statement's.
+ *
+ * A group runs its statements ordered by key (strcmp; the order they came in
+ * among equal keys): key names the row the statement contends for (a
+ * customer's account, an item's stock), so that two groups lock such rows in
+ * the same order and never wait for each other in a cycle. Rows a statement
+ * locks beyond the one its key names can still deadlock two groups; the
+ * server breaks that after deadlock_timeout and both groups run again alone.
+ */
+void db_query_grouped(struct db_pool *pool, const char *key, const char *sql, int nparams,
+		      const char *const *params, db_cb cb, void *arg);
+
+/*
+ * At most writers connections run grouped statements at once (default: the
+ * pool's size); grouped statements that arrive meanwhile wait and go out
+ * together when one of them is free. The other connections stay for the
+ * statements that are not grouped (reads, acknowledgements, sweeps).
+ */
+void db_pool_set_writers(struct db_pool *pool, int writers);
+
 /* True while at least one connection is up. */
 bool db_pool_ready(const struct db_pool *pool);
 

@@ -227,7 +227,8 @@ static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 	const char *params[14] = { key,	  canon,     c->saga_id, c->response, ttl_s,
 				   customer, item,	     qty_s,	 amount_s,    step_s,
 				   c->trace, c->cmd_id, c->payload, outbox_lease_ms(O.app.outbox) };
-	db_query(O.app.pool, create_sql, 14, params, order_done, c);
+	/* commits with the creates and transitions that wait beside it (db.h) */
+	db_query_grouped(O.app.pool, c->saga_id, create_sql, 14, params, order_done, c);
 	free(canon);
 	json_object_put(obj);
 }
@@ -404,10 +405,9 @@ static void transition_send(struct transition *t)
 		outbox_lease_ms(O.app.outbox),
 		t->reason,
 	};
-	if (t->reason)
-		db_query(O.app.pool, cancel_sql, 15, params, transition_applied, t);
-	else
-		db_query(O.app.pool, apply_sql, 14, params, transition_applied, t);
+	db_query_grouped(O.app.pool, t->saga_id,
+			 t->reason ? cancel_sql : apply_sql, t->reason ? 15 : 14, params,
+			 transition_applied, t);
 }
 
 /* Decides what ev does to a saga in from/undo; false when it does nothing. */
