@@ -556,10 +556,14 @@ long broker_queue_depth(const char *url, const char *queue)
 	amqp_queue_declare_ok_t *ok;
 	long n;
 
-	if (!c)
+	if (!c) {
+		fprintf(stderr, "broker_queue_depth(%s): %s\n", queue, err);
 		return -1;
+	}
 	ok = amqp_queue_declare(c, 1, amqp_cstring_bytes(queue), 1, 0, 0, 0, amqp_empty_table);
 	if (!ok) {
+		reply_error(amqp_get_rpc_reply(c), "queue.declare", err, sizeof(err));
+		fprintf(stderr, "broker_queue_depth(%s): %s\n", queue, err);
 		amqp_drop(c);
 		return -1;
 	}

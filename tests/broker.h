@@ -97,7 +97,7 @@ int broker_publish(const char *url, const char *exchange, const char *routing_ke
 void broker_declare_queue(const char *url, const char *queue);
 
 /* Messages ready in queue (passive declare), or -1 when the queue does not
- * exist or the node cannot be reached. */
+ * exist or the node cannot be reached (the reason goes to stderr). */
 long broker_queue_depth(const char *url, const char *queue);
 
 struct broker_got {

@@ -25,6 +25,24 @@ static void sleep_ms(int ms)
 		;
 }
 
+/*
+ * The depth of a durable queue right after the node restarted from SIGKILL.
+ * `rabbitmqctl await_startup` has returned by then, yet under load a passive
+ * declare has been seen failing for a moment while the node recovers its
+ * queues (-1 in 3 of some 10 loaded runs in one session, green on rerun). What
+ * is tested is that the confirmed message survived, not how soon the queue
+ * answers: ask again for up to 60 s, and fail with the last answer.
+ */
+static long depth_after_restart(const char *url, const char *queue)
+{
+	long n = -1;
+	int i;
+
+	for (i = 0; i < 600 && (n = broker_queue_depth(url, queue)) < 0; i++)
+		sleep_ms(100);
+	return n;
+}
+
 static void publish_ok(const char *url, const char *exchange, const char *key,
 		       const struct broker_msg *m)
 {
@@ -66,7 +84,7 @@ START_TEST(test_node_kill_restart_stop)
 	/* same port, same data: the confirmed message survived */
 	broker_restart(&b);
 	ck_assert(broker_can_connect(b.url));
-	ck_assert_int_eq(broker_queue_depth(b.url, "t.durable"), 1);
+	ck_assert_int_eq(depth_after_restart(b.url, "t.durable"), 1);
 	ck_assert_int_eq(broker_get(b.url, "t.durable", &got), 1);
 	ck_assert_str_eq(got.body, "{\"n\":1}");
 	ck_assert_str_eq(got.message_id, "m-1");
