@@ -214,6 +214,7 @@ static void watchdog_stop(struct broker *b)
 void broker_start(struct broker *b)
 {
 	memset(b, 0, sizeof(*b));
+	script_path(); /* outside meson, fail before there is a directory to leave */
 	snprintf(b->dir, sizeof(b->dir), "/tmp/pgsaga-rabbit-test-XXXXXX");
 	if (!mkdtemp(b->dir))
 		ck_abort_msg("mkdtemp %s: %s", b->dir, strerror(errno));
