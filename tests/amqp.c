@@ -387,17 +387,6 @@ static Suite *amqp_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
 	setenv("SAGA_TEST_TRANSPORT", "amqp", 1);
-	harness_cluster_start();
-	harness_broker_start();
-	sr = srunner_create(amqp_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	harness_broker_stop();
-	harness_cluster_stop();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return harness_run(amqp_suite());
 }

@@ -250,14 +250,5 @@ static Suite *db_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	harness_cluster_start();
-	sr = srunner_create(db_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	harness_cluster_stop();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return harness_run(db_suite());
 }

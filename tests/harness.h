@@ -12,6 +12,7 @@
 #ifndef PGSAGA_HARNESS_H
 #define PGSAGA_HARNESS_H
 
+#include <check.h>
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <sys/types.h>
@@ -21,6 +22,13 @@ enum svc { SVC_ORCH = 0, SVC_PAY = 1, SVC_INV = 2, SVC_COUNT };
 /* Unchecked fixture: start (and, at the end, stop) the cluster once. */
 void harness_cluster_start(void);
 void harness_cluster_stop(void);
+
+/*
+ * A test program's main: the cluster and (under amqp) the broker around one
+ * run of s, whose runner it frees. EXIT_SUCCESS when every test passed
+ * (harness_amqp.c, which knows both).
+ */
+int harness_run(Suite *s);
 
 /* The cluster's private directory (service logs live there) and port. */
 const char *harness_cluster_dir(void);

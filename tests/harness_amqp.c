@@ -39,6 +39,22 @@ void harness_broker_stop(void)
 		broker_destroy(&node);
 }
 
+int harness_run(Suite *s)
+{
+	SRunner *sr;
+	int failed;
+
+	harness_cluster_start();
+	harness_broker_start();
+	sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	harness_broker_stop();
+	harness_cluster_stop();
+	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
 struct broker *harness_broker(void)
 {
 	return &node;

@@ -1961,16 +1961,5 @@ static Suite *integration_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	harness_cluster_start();
-	harness_broker_start();
-	sr = srunner_create(integration_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	harness_broker_stop();
-	harness_cluster_stop();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return harness_run(integration_suite());
 }
