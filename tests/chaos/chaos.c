@@ -623,10 +623,8 @@ static void teardown(void)
 
 int main(void)
 {
-	SRunner *sr;
 	Suite *s;
 	TCase *tc;
-	int failed;
 
 	K.sagas = knob("CHAOS_SAGAS", 500, 1, 10000000);
 	K.kills = knob("CHAOS_KILLS", 10, 0, 100000);
@@ -643,13 +641,5 @@ int main(void)
 	tcase_add_test(tc, chaos_invariants_hold);
 	suite_add_tcase(s, tc);
 
-	harness_cluster_start();
-	harness_broker_start();
-	sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	harness_broker_stop();
-	harness_cluster_stop();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return harness_run(s);
 }

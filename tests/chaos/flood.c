@@ -1157,14 +1157,5 @@ static Suite *flood_suite(void)
 
 int main(void)
 {
-	SRunner *sr;
-	int failed;
-
-	harness_cluster_start();
-	sr = srunner_create(flood_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	harness_cluster_stop();
-	return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return harness_run(flood_suite());
 }
