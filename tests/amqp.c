@@ -197,7 +197,7 @@ START_TEST(broker_killed_and_restarted)
 		pids[s] = env.pid[s];
 	for (int i = 0; i < N / 2; i++)
 		ck_assert_int_eq(place_order("k-1", "K1", 1, 100, saga), 201);
-	harness_broker_sync();
+	broker_sync(harness_broker());
 	broker_kill(harness_broker());
 	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 0));
 	char *r = readyz(SVC_ORCH);

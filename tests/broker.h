@@ -49,6 +49,11 @@ void broker_destroy(struct broker *b);
 /* SIGKILLs every process of the node and waits until they are gone. */
 void broker_kill(struct broker *b);
 
+/* Writes the node's metadata (Mnesia's log, its dets tables) to disk, as a
+ * node does in time by itself: call before broker_kill when what the test
+ * declared just before must survive it. */
+void broker_sync(const struct broker *b);
+
 /* Graceful stop; returns once every process of the node has ended. */
 void broker_stop(struct broker *b);
 

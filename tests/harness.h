@@ -54,8 +54,6 @@ void harness_broker_stop(void);
 const char *harness_amqp_url(void);
 struct broker *harness_broker(void);  /* tests/broker.h: kill, restart, ctl */
 void harness_broker_reset(void);
-/* Flushes the node's state to disk before a test SIGKILLs it (see why there). */
-void harness_broker_sync(void);
 void harness_broker_delete_queue(const char *queue);
 /* Declares queue (classic, not durable) bound to exchange pgsaga with
  * routing_key: it receives a copy of every message sent there. */

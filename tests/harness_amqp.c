@@ -122,22 +122,6 @@ void harness_broker_delete_queue(const char *queue)
 	mq_close(c);
 }
 
-void harness_broker_sync(void)
-{
-	/*
-	 * Seen here with RabbitMQ 3.10.8 (Ra 2.2.0): a node SIGKILLed some
-	 * seconds after its last quorum queue was declared comes back without
-	 * that queue's Ra server ("running pre init for 2 registered servers"
-	 * for 3 queues; its leader is never known, every operation on it times
-	 * out), pgsaga.inventory every time. Ra registers servers in a dets
-	 * table (auto_save); syncing the node's dets tables before the kill
-	 * avoids it. A node in production runs far longer than a test between
-	 * declaring its queues and dying.
-	 */
-	if (broker_ctl(&node, NULL, 0, "eval", "[dets:sync(T) || T <- dets:all()].", NULL) != 0)
-		ck_abort_msg("rabbitmqctl eval dets:sync failed");
-}
-
 void harness_broker_tap(const char *queue, const char *routing_key)
 {
 	amqp_connection_state_t c = mq_open();

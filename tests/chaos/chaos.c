@@ -450,7 +450,7 @@ START_TEST(chaos_invariants_hold)
 		if (k == broker_restart_at) {
 			int64_t t0;
 
-			harness_broker_sync();
+			broker_sync(harness_broker());
 			t0 = now_ms();
 			broker_kill(harness_broker());
 			sleep_ms(rnd_in(&seed, 500, 2000));
