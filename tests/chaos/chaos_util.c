@@ -130,22 +130,13 @@ void audit_free(struct audit_check *c, size_t n)
 	free(c);
 }
 
-static void exec_ok(PGconn *conn, const char *sql)
-{
-	PGresult *r = PQexec(conn, sql);
-
-	ck_assert_msg(PQresultStatus(r) == PGRES_COMMAND_OK, "%s: %s", sql,
-		      PQresultErrorMessage(r));
-	PQclear(r);
-}
-
 void audit_run(const char *url, const struct audit_check *c, size_t n, struct audit_result *res)
 {
 	PGconn *conn = PQconnectdb(url);
 
 	ck_assert_msg(PQstatus(conn) == CONNECTION_OK, "auditor cannot connect: %s",
 		      PQerrorMessage(conn));
-	exec_ok(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY");
+	exec_ok(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
 	for (size_t i = 0; i < n; i++) {
 		PGresult *r = PQexec(conn, c[i].sql);
 		size_t o = 0;
@@ -165,8 +156,17 @@ void audit_run(const char *url, const struct audit_check *c, size_t n, struct au
 		}
 		PQclear(r);
 	}
-	exec_ok(conn, "COMMIT");
+	exec_ok(conn, "COMMIT", 0, NULL);
 	PQfinish(conn);
+}
+
+void exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params)
+{
+	PGresult *r = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK,
+		      "%s: %s", sql, PQerrorMessage(conn));
+	PQclear(r);
 }
 
 /* --- /metrics ------------------------------------------------------------- */

@@ -1,11 +1,12 @@
 /*
- * chaos_util: what the chaos test needs beyond the harness: a PostgreSQL
- * restart, the audit queries of sql/audit.sql, and reading a counter from a
- * service's /metrics.
+ * chaos_util: what the chaos tests need beyond the harness: a PostgreSQL
+ * restart, the audit queries of sql/audit.sql, a statement on a connection of
+ * the test's own, and reading a counter from a service's /metrics.
  */
 #ifndef PGSAGA_CHAOS_UTIL_H
 #define PGSAGA_CHAOS_UTIL_H
 
+#include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -42,6 +43,10 @@ struct audit_result {
  * the test on an SQL error.
  */
 void audit_run(const char *url, const struct audit_check *c, size_t n, struct audit_result *res);
+
+/* Runs sql with its params (nparams of them, may be 0 and NULL) on conn;
+ * fails the test unless it succeeded (rows or not). */
+void exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params);
 
 /*
  * Sum of every series of counter name in the service's /metrics; -1 when

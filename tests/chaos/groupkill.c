@@ -55,6 +55,7 @@
 #include <unistd.h>
 
 #include "broker.h"
+#include "chaos_util.h"
 #include "harness.h"
 
 #define N_W 2     /* gk-w's orders: in the group before gk-x's, they run */
@@ -89,16 +90,6 @@ static PGconn *connect_admin(void)
 
 	ck_assert_msg(PQstatus(c) == CONNECTION_OK, "connect: %s", PQerrorMessage(c));
 	return c;
-}
-
-static void exec_ok(PGconn *c, const char *sql, int nparams, const char *const *params)
-{
-	PGresult *res = PQexecParams(c, sql, nparams, NULL, params, NULL, NULL, 0);
-
-	ck_assert_msg(PQresultStatus(res) == PGRES_TUPLES_OK ||
-			      PQresultStatus(res) == PGRES_COMMAND_OK,
-		      "%s: %s", sql, PQerrorMessage(c));
-	PQclear(res);
 }
 
 /* BEGIN, then the customer's account row locked until the caller ends it. */
