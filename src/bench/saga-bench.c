@@ -80,7 +80,6 @@
 #include "uuid.h"
 
 #define MAX_SLOTS 4096
-#define TERMINAL "('Completed', 'Failed', 'Compensated')"
 
 /* --- settings ------------------------------------------------------------ */
 
@@ -720,13 +719,20 @@ static long long wait_terminal(PGconn *c, const char *const *run, long long expe
 
 	for (;;) {
 		PGresult *r = db_exec(c,
-				      "SELECT count(*) FILTER (WHERE state IN " TERMINAL "), count(*)"
-				      "  FROM orchestrator.saga_instances"
-				      " WHERE created_at >= $1 AND left(customer_id, length($2)) = $2",
+				      "SELECT state, count(*) FROM orchestrator.saga_instances"
+				      " WHERE created_at >= $1 AND left(customer_id, length($2)) = $2"
+				      " GROUP BY state",
 				      2, run);
-		long long done = atoll(PQgetvalue(r, 0, 0)), all = atoll(PQgetvalue(r, 0, 1));
+		long long done = 0, all = 0;
 		char d[96];
 
+		for (int i = 0; i < PQntuples(r); i++) {
+			long long n = atoll(PQgetvalue(r, i, 1));
+
+			all += n;
+			if (is_terminal(PQgetvalue(r, i, 0)))
+				done += n;
+		}
 		PQclear(r);
 		if (S.progress) {
 			snprintf(d, sizeof(d), "%lld/%lld terminal", done, all);
