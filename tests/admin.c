@@ -210,25 +210,6 @@ static void expect_unavailable(struct json_object *o, const char *services)
 	ck_assert_str_eq(got, services);
 }
 
-/* Posts an order; its saga id into out. */
-static void new_order(const char *customer, const char *item, long amount, char out[UUID_STR_LEN])
-{
-	struct http_resp r;
-	char body[256], key[UUID_STR_LEN], kh[64];
-	struct json_object *o;
-
-	uuid_new(key);
-	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
-	snprintf(body, sizeof(body),
-		 "{\"customerId\":\"%s\",\"itemId\":\"%s\",\"qty\":1,\"amount\":%ld}", customer,
-		 item, amount);
-	ck_assert_int_eq(req1(SVC_ORCH, "POST", "/orders", kh, body, &r), 201);
-	o = parse_body(&r);
-	snprintf(out, UUID_STR_LEN, "%s", jstr(o, "sagaId"));
-	json_object_put(o);
-	http_resp_free(&r);
-}
-
 static bool wait_state(const char *saga, const char *state)
 {
 	char sql[300];
@@ -629,7 +610,7 @@ START_TEST(saga_messages_from_three_services)
 
 	start_all_admin();
 	seed_stock("A001", 5);
-	new_order("c-1", "A001", 100, saga);
+	env_new_order(&env, "c-1", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "Completed"));
 	/* an event's inbox row is written before its sender marks it delivered */
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.outbox_messages"
@@ -750,7 +731,7 @@ START_TEST(cancel_pending_payment)
 	start_all_admin();
 	seed_stock("A001", 5);
 	set_fail_rate(SVC_PAY, 1);
-	new_order("c-1", "A001", 100, saga);
+	env_new_order(&env, "c-1", "A001", 1, 100, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) > 0 FROM orchestrator.outbox_messages"
 				     " WHERE attempt_count > 0", "t", WAIT_MS));
 	expect_cancelled(saga, true);
@@ -789,7 +770,7 @@ START_TEST(cancel_pending_inventory)
 	start_all_admin();
 	seed_stock("A001", 5);
 	set_fail_rate(SVC_INV, 1);
-	new_order("c-1", "A001", 100, saga);
+	env_new_order(&env, "c-1", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "PendingInventory"));
 	expect_cancelled(saga, true);
 	/* compensating, waiting for the release: a second cancel changes nothing */
@@ -816,13 +797,13 @@ START_TEST(cancel_compensating_and_finished)
 	start_all_admin();
 	seed_stock("A001", 5);
 	seed_stock("B002", 0);
-	new_order("c-1", "A001", 100, done);
+	env_new_order(&env, "c-1", "A001", 1, 100, done);
 	ck_assert(wait_state(done, "Completed"));
 	cancel(done, "too late", &r);
 	expect_error(&r, 409, "saga_finished");
 	ck_assert_int_eq(history_causes(done, "Cancelled"), 0);
 
-	new_order("c-1", "B002", 100, comp); /* rejected: compensates with a refund */
+	env_new_order(&env, "c-1", "B002", 1, 100, comp); /* rejected: compensates with a refund */
 	ck_assert(wait_state(comp, "Compensated"));
 	cancel(comp, "too late", &r);
 	expect_error(&r, 409, "saga_finished");
@@ -830,7 +811,7 @@ START_TEST(cancel_compensating_and_finished)
 	/* one stuck in Compensating: a refund that cannot get through */
 	set_fail_rate(SVC_PAY, 1);
 	env_stop(&env, SVC_INV, SIGTERM);
-	new_order("c-2", "B002", 100, comp);
+	env_new_order(&env, "c-2", "B002", 1, 100, comp);
 	/* payment fails too: the saga waits in PendingPayment; an event moves it on */
 	expect_cancelled(comp, true);
 	expect_cancelled(comp, false);
@@ -876,7 +857,7 @@ static void make_dead_letters(char sagas[3][UUID_STR_LEN])
 	env_start(&env, SVC_ORCH, give_up);
 	seed_stock("A001", 10);
 	for (int i = 0; i < 3; i++)
-		new_order("c-1", "A001", 100, sagas[i]);
+		env_new_order(&env, "c-1", "A001", 1, 100, sagas[i]);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.dead_letters", "3", WAIT_MS));
 	env_start(&env, SVC_PAY, admin_env);
 	free(env_sqlf(&env,
@@ -1000,7 +981,7 @@ START_TEST(deliveries_per_service_and_peer)
 	start_all_admin();
 	seed_stock("A001", 5);
 	set_fail_rate(SVC_INV, 1);
-	new_order("c-1", "A001", 100, saga);
+	env_new_order(&env, "c-1", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "PendingInventory"));
 	ck_assert(env_wait_sql(&env, "SELECT count(*) > 0 FROM orchestrator.outbox_messages"
 				     " WHERE attempt_count > 1", "t", WAIT_MS));
@@ -1039,7 +1020,7 @@ START_TEST(deliveries_over_amqp)
 	ck_assert(harness_amqp());
 	start_all_admin();
 	seed_stock("A001", 5);
-	new_order("c-1", "A001", 100, saga);
+	env_new_order(&env, "c-1", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "Completed"));
 	o = admin_get("/admin/api/deliveries");
 	expect_unavailable(o, "");

@@ -46,35 +46,6 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Posts a new order; returns the HTTP status and its saga id in out. */
-static int place_order(const char *customer, const char *item, int qty, long amount,
-		       char out[UUID_STR_LEN])
-{
-	struct http_resp r;
-	char body[256], key[UUID_STR_LEN], kh[300], err[128];
-	const char *h[2] = { kh, NULL };
-	int status;
-
-	uuid_new(key);
-	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
-	snprintf(body, sizeof(body),
-		 "{\"customerId\":\"%s\",\"itemId\":\"%s\",\"qty\":%d,\"amount\":%ld}", customer,
-		 item, qty, amount);
-	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", h, body, (size_t)-1, &r),
-			 0);
-	status = r.status;
-	if (status == 201) {
-		struct json_object *o = jsonx_parse(r.body, r.body_len, err, sizeof(err)), *v;
-
-		ck_assert_ptr_nonnull(o);
-		ck_assert(json_object_object_get_ex(o, "sagaId", &v));
-		snprintf(out, UUID_STR_LEN, "%s", json_object_get_string(v));
-		json_object_put(o);
-	}
-	http_resp_free(&r);
-	return status;
-}
-
 static bool wait_metric(enum svc s, const char *series, double want)
 {
 	for (long long end = now_ms() + WAIT_MS; now_ms() < end; usleep(50 * 1000))
@@ -146,7 +117,7 @@ START_TEST(message_is_the_outbox_row)
 	env_start(&env, SVC_ORCH, NULL);
 	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 1));
 	harness_broker_tap("tap", "payment");
-	ck_assert_int_eq(place_order("p-1", "P1", 1, 42, saga), 201);
+	env_new_order(&env, "p-1", "P1", 1, 42, saga);
 	for (long long end = now_ms() + WAIT_MS;
 	     broker_queue_depth(harness_amqp_url(), "tap") < 1 && now_ms() < end;)
 		usleep(20 * 1000);
@@ -196,7 +167,7 @@ START_TEST(broker_killed_and_restarted)
 	for (int s = 0; s < SVC_COUNT; s++)
 		pids[s] = env.pid[s];
 	for (int i = 0; i < N / 2; i++)
-		ck_assert_int_eq(place_order("k-1", "K1", 1, 100, saga), 201);
+		env_new_order(&env, "k-1", "K1", 1, 100, saga);
 	broker_sync(harness_broker());
 	broker_kill(harness_broker());
 	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 0));
@@ -204,7 +175,7 @@ START_TEST(broker_killed_and_restarted)
 	ck_assert_ptr_nonnull(strstr(r, "\"broker\":\"down\""));
 	free(r);
 	for (int i = N / 2; i < N; i++) /* accepted while the broker is gone */
-		ck_assert_int_eq(place_order("k-1", "K1", 1, 100, saga), 201);
+		env_new_order(&env, "k-1", "K1", 1, 100, saga);
 	long long t0 = now_ms();
 	broker_restart(harness_broker());
 	long long t1 = now_ms();
@@ -242,7 +213,7 @@ START_TEST(consumer_killed_before_ack)
 	env_start(&env, SVC_INV, NULL);
 	env_start(&env, SVC_PAY, no_ack);
 	free(env_sql(&env, "INSERT INTO inventory.stock VALUES ('C1', 5)", 0, NULL));
-	ck_assert_int_eq(place_order("c-1", "C1", 1, 250, saga), 201);
+	env_new_order(&env, "c-1", "C1", 1, 250, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM payment.payments", "1", WAIT_MS));
 	/* committed; its delivery is held unacknowledged */
 	ck_assert(wait_metric(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"acked\"}", 0));
@@ -318,7 +289,7 @@ START_TEST(memory_alarm_pauses_publishing)
 	env_start_all(&env);
 	free(env_sqlf(&env, "INSERT INTO inventory.stock VALUES ('M1', %d)", N));
 	all_connected();
-	ck_assert_int_eq(place_order("m-1", "M1", 1, 10, saga), 201); /* the path works */
+	env_new_order(&env, "m-1", "M1", 1, 10, saga); /* the path works */
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.saga_instances"
 				     " WHERE state = 'Completed'", "1", WAIT_MS));
 	ck_assert_int_eq(broker_ctl(b, NULL, 0, "set_vm_memory_high_watermark", "absolute", "1",
@@ -326,7 +297,7 @@ START_TEST(memory_alarm_pauses_publishing)
 			 0);
 	/* the broker blocks a connection when it next publishes */
 	for (int i = 1; i < N; i++)
-		ck_assert_int_eq(place_order("m-1", "M1", 1, 10, saga), 201);
+		env_new_order(&env, "m-1", "M1", 1, 10, saga);
 	ck_assert(wait_metric(SVC_ORCH, "saga_amqp_blocked", 1));
 	usleep(1000 * 1000);
 	/* a row is processed only on its confirm: at most the one that hit the
@@ -362,7 +333,7 @@ START_TEST(silent_broker_is_noticed)
 	ck_assert_int_eq(kill(-pgid, SIGCONT), 0);
 	ck_assert_msg(noticed, "a frozen broker was not noticed within %d ms", WAIT_MS);
 	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 1));
-	ck_assert_int_eq(place_order("s-1", "S1", 1, 10, saga), 201);
+	env_new_order(&env, "s-1", "S1", 1, 10, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
 				     " WHERE processed_at IS NOT NULL", "1", WAIT_MS));
 }

@@ -8,7 +8,9 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "jsonx.h"
 #include "proc.h"
+#include "uuid.h"
 
 #include <arpa/inet.h>
 #include <check.h>
@@ -1089,6 +1091,43 @@ void http_resp_free(struct http_resp *r)
 	r->body = NULL;
 	r->body_len = 0;
 	r->status = 0;
+}
+
+int env_post_order(struct saga_env *e, const char *key, const char *body,
+		   struct http_resp *out)
+{
+	char kh[300];
+	const char *h[2] = { kh, NULL };
+
+	if (key)
+		snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
+	ck_assert_int_eq(http_do(e->port[SVC_ORCH], "POST", "/orders", key ? h : NULL, body,
+				 (size_t)-1, out),
+			 0);
+	return out->status;
+}
+
+void env_new_order(struct saga_env *e, const char *customer, const char *item, long qty,
+		   long amount, char *saga)
+{
+	struct http_resp r;
+	char body[256], key[UUID_STR_LEN], err[128];
+	struct json_object *o, *v;
+
+	uuid_new(key);
+	snprintf(body, sizeof(body),
+		 "{\"customerId\":\"%s\",\"itemId\":\"%s\",\"qty\":%ld,\"amount\":%ld}",
+		 customer, item, qty, amount);
+	ck_assert_msg(env_post_order(e, key, body, &r) == 201, "POST /orders %s: %d %s", body,
+		      r.status, r.body);
+	if (saga) {
+		o = jsonx_parse(r.body, r.body_len, err, sizeof(err));
+		ck_assert_msg(o && json_object_object_get_ex(o, "sagaId", &v),
+			      "no sagaId in %s (%s)", r.body, o ? "" : err);
+		snprintf(saga, UUID_STR_LEN, "%s", json_object_get_string(v));
+		json_object_put(o);
+	}
+	http_resp_free(&r);
 }
 
 double env_metric(struct saga_env *e, enum svc s, const char *series)

@@ -118,6 +118,21 @@ void http_resp_free(struct http_resp *r);
  * /metrics, or -1 when it is not there. Fails the test when the scrape does. */
 double env_metric(struct saga_env *e, enum svc s, const char *series);
 
+/*
+ * POST /orders to e's orchestrator with body, and "Idempotency-Key: key"
+ * unless key is NULL; returns the status and fills out (caller frees). Fails
+ * the test when no answer came.
+ */
+int env_post_order(struct saga_env *e, const char *key, const char *body,
+		   struct http_resp *out);
+/*
+ * Places an order of qty item for customer, paying amount, under a fresh
+ * key; fails the test unless it was accepted (201). Its saga id goes to
+ * saga (UUID_STR_LEN bytes) unless saga is NULL.
+ */
+void env_new_order(struct saga_env *e, const char *customer, const char *item, long qty,
+		   long amount, char *saga);
+
 /* --- SQL on the test's database as superuser (or any url) --- */
 
 /* First column of the first row as a malloc'd string; NULL for SQL NULL

@@ -66,19 +66,6 @@ static const char *const *internal_headers(void)
 	return h;
 }
 
-/* POST /orders with a key; returns the status, fills out (caller frees). */
-static int post_order(const char *key, const char *body, struct http_resp *out)
-{
-	char kh[300];
-	const char *h[2] = { kh, NULL };
-
-	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
-	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", key ? h : NULL, body,
-				 (size_t)-1, out),
-			 0);
-	return out->status;
-}
-
 static struct json_object *parse_body(const struct http_resp *r)
 {
 	char err[128];
@@ -95,24 +82,6 @@ static const char *jstr(struct json_object *o, const char *key)
 	ck_assert_msg(json_object_object_get_ex(o, key, &v), "no %s in %s", key,
 		      json_object_to_json_string(o));
 	return json_object_get_string(v);
-}
-
-/* Posts a new order and returns its saga id in out. */
-static void new_order(const char *customer, const char *item, int qty, long amount,
-		      char out[UUID_STR_LEN])
-{
-	struct http_resp r;
-	char body[256], key[UUID_STR_LEN];
-
-	uuid_new(key);
-	snprintf(body, sizeof(body),
-		 "{\"customerId\":\"%s\",\"itemId\":\"%s\",\"qty\":%d,\"amount\":%ld}", customer,
-		 item, qty, amount);
-	ck_assert_int_eq(post_order(key, body, &r), 201);
-	struct json_object *o = parse_body(&r);
-	snprintf(out, UUID_STR_LEN, "%s", jstr(o, "sagaId"));
-	json_object_put(o);
-	http_resp_free(&r);
 }
 
 static bool wait_state(const char *saga, const char *state)
@@ -172,7 +141,7 @@ START_TEST(happy_path)
 
 	env_start_all(&env);
 	seed_stock("A001", 5);
-	new_order("c-1", "A001", 2, 1200, saga);
+	env_new_order(&env, "c-1", "A001", 2, 1200, saga);
 	ck_assert(wait_state(saga, "Completed"));
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
@@ -218,7 +187,7 @@ START_TEST(decline_fails)
 
 	env_start_all(&env);
 	seed_stock("A001", 5);
-	new_order("poor", "A001", 1, 1000001, saga); /* default credit is 1000000 */
+	env_new_order(&env, "poor", "A001", 1, 1000001, saga); /* default credit is 1000000 */
 	ck_assert(wait_state(saga, "Failed"));
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
@@ -291,7 +260,7 @@ START_TEST(out_of_stock_compensates)
 
 	env_start_all(&env);
 	seed_stock("B001", 0);
-	new_order("c-2", "B001", 1, 700, saga);
+	env_new_order(&env, "c-2", "B001", 1, 700, saga);
 	ck_assert(wait_state(saga, "Compensated"));
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT count(*) FROM payment.payments WHERE saga_id = '%s'"
@@ -304,7 +273,7 @@ START_TEST(out_of_stock_compensates)
 	ck_assert_str_eq(states, "PendingPayment,PendingInventory,Compensating,Compensated");
 	free(states);
 	/* an unknown item compensates the same way */
-	new_order("c-2", "NOPE", 1, 700, saga);
+	env_new_order(&env, "c-2", "NOPE", 1, 700, saga);
 	ck_assert(wait_state(saga, "Compensated"));
 	char *reason = env_sqlf(&env,
 				"SELECT reason FROM inventory.reservations WHERE saga_id = '%s'",
@@ -327,8 +296,8 @@ START_TEST(entry_idempotency_sequential)
 
 	env_start_all(&env);
 	seed_stock("A001", 5);
-	ck_assert_int_eq(post_order("order-42", body, &a), 201);
-	ck_assert_int_eq(post_order("order-42", same, &b), 201);
+	ck_assert_int_eq(env_post_order(&env, "order-42", body, &a), 201);
+	ck_assert_int_eq(env_post_order(&env, "order-42", same, &b), 201);
 	struct json_object *oa = parse_body(&a), *ob = parse_body(&b), *v;
 	ck_assert_str_eq(jstr(oa, "sagaId"), jstr(ob, "sagaId"));
 	ck_assert_str_eq(jstr(ob, "state"), "PendingPayment");
@@ -346,13 +315,13 @@ START_TEST(entry_idempotency_sequential)
 
 	/* the state replayed is the first answer's, even once the saga moved on */
 	ck_assert(wait_state(jstr(oa, "sagaId"), "Completed"));
-	ck_assert_int_eq(post_order("order-42", body, &d), 201);
+	ck_assert_int_eq(env_post_order(&env, "order-42", body, &d), 201);
 	struct json_object *od = parse_body(&d);
 	ck_assert_str_eq(jstr(od, "state"), "PendingPayment");
 	json_object_put(od);
 	http_resp_free(&d);
 
-	ck_assert_int_eq(post_order("order-42", other, &c), 422);
+	ck_assert_int_eq(env_post_order(&env, "order-42", other, &c), 422);
 	struct json_object *oc = parse_body(&c), *err;
 	ck_assert(json_object_object_get_ex(oc, "error", &err));
 	ck_assert_str_eq(jstr(err, "code"), "idempotency_key_reused");
@@ -360,7 +329,7 @@ START_TEST(entry_idempotency_sequential)
 				    NULL),
 			 1);
 	/* the quoted form of the draft standard names the same key */
-	ck_assert_int_eq(post_order("\"order-42\"", body, &d), 201);
+	ck_assert_int_eq(env_post_order(&env, "\"order-42\"", body, &d), 201);
 	od = parse_body(&d);
 	ck_assert_str_eq(jstr(od, "sagaId"), jstr(oa, "sagaId"));
 	json_object_put(od);
@@ -514,7 +483,7 @@ START_TEST(outbox_redelivery)
 	payment_unreachable();
 	seed_stock("A001", 10);
 	for (int i = 0; i < 5; i++)
-		new_order("c-6", "A001", 1, 100, sagas[i]);
+		env_new_order(&env, "c-6", "A001", 1, 100, sagas[i]);
 	ck_assert(env_wait_sql(&env,
 			       "SELECT count(*) FROM orchestrator.outbox_messages"
 			       " WHERE type = 'PayCommand' AND attempt_count >= 2"
@@ -565,7 +534,7 @@ START_TEST(lost_response_is_deduplicated)
 	env_start(&env, SVC_INV, dropping);
 	seed_stock("A001", 10);
 	for (int i = 0; i < 4; i++) {
-		new_order("c-7", "A001", 1, 100, saga);
+		env_new_order(&env, "c-7", "A001", 1, 100, saga);
 		ck_assert(wait_state(saga, "Completed"));
 	}
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.payments", 0, NULL), 4);
@@ -589,7 +558,7 @@ START_TEST(dead_letters_and_retry)
 	env_start(&env, SVC_INV, NULL);
 	payment_unreachable();
 	seed_stock("A001", 5);
-	new_order("c-16", "A001", 1, 10, saga);
+	env_new_order(&env, "c-16", "A001", 1, 10, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.dead_letters", "1",
 			       WAIT_MS));
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT attempt_count FROM orchestrator.dead_letters",
@@ -654,7 +623,7 @@ START_TEST(circuit_breaker_stops_hammering)
 	env_start(&env, SVC_ORCH, breaker);
 	payment_unreachable();
 	for (int i = 0; i < 10; i++)
-		new_order("c-17", "A001", 1, 10, saga);
+		env_new_order(&env, "c-17", "A001", 1, 10, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) = 10 FROM orchestrator.outbox_messages"
 				     " WHERE last_error LIKE '%circuit open%'", "t", WAIT_MS));
 	/* requests already in flight when it opened still count: 3 or a few more */
@@ -712,7 +681,7 @@ START_TEST(duplicate_and_out_of_order_events)
 
 	env_start_all(&env);
 	seed_stock("A001", 10);
-	new_order("c-8", "A001", 1, 100, saga);
+	env_new_order(&env, "c-8", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "Completed"));
 
 	/* the real PaymentSucceeded again: recognised by its id */
@@ -733,7 +702,7 @@ START_TEST(duplicate_and_out_of_order_events)
 
 	/* out of order: inventory's answer before payment's */
 	env_stop(&env, SVC_PAY, SIGTERM);
-	new_order("c-8", "A001", 1, 100, saga);
+	env_new_order(&env, "c-8", "A001", 1, 100, saga);
 	uuid_new(ev);
 	post_event("InventoryReserved", ev, saga, 200, "\"ignored\":true");
 	ck_assert_int_eq(env_sql_llf(&env,
@@ -789,7 +758,7 @@ START_TEST(conflicting_events_one_transition)
 
 	env_start(&env, SVC_ORCH, NULL); /* payment down: sagas stay PendingPayment */
 	for (int i = 0; i < N; i++)
-		new_order("c-9", "A001", 1, 100, sagas[i]);
+		env_new_order(&env, "c-9", "A001", 1, 100, sagas[i]);
 	post_event_pairs(sagas, N, "/events/PaymentSucceeded", "/events/PaymentFailed");
 	for (int i = 0; i < N; i++) {
 		ck_assert_int_eq(env_sql_llf(&env, "SELECT version FROM orchestrator.saga_instances"
@@ -832,7 +801,7 @@ START_TEST(no_double_compensation)
 
 	env_start_all(&env);
 	seed_stock("B001", 0);
-	new_order("c-10", "B001", 1, 999, saga);
+	env_new_order(&env, "c-10", "B001", 1, 999, saga);
 	ck_assert(wait_state(saga, "Compensated"));
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
@@ -893,7 +862,7 @@ START_TEST(step_timeout_compensates)
 	env_start(&env, SVC_PAY, slow); /* pays, but after the deadline */
 	env_start(&env, SVC_INV, NULL);
 	seed_stock("A001", 10);
-	new_order("c-11", "A001", 1, 100, saga);
+	env_new_order(&env, "c-11", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "Compensated"));
 	char *causes = env_sqlf(&env, "SELECT string_agg(cause, ',' ORDER BY version)"
 			       " FROM orchestrator.saga_history WHERE saga_id = '%s'", saga);
@@ -915,7 +884,7 @@ START_TEST(deadline_backlog_drains)
 
 	env_start(&env, SVC_ORCH, fast); /* payment down: every saga times out */
 	for (int i = 0; i < 250; i++)
-		new_order("c-18", "A001", 1, 10, saga);
+		env_new_order(&env, "c-18", "A001", 1, 10, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) FROM orchestrator.saga_instances"
 				     " WHERE state = 'Compensating' AND compensation = 'refund'",
 			       "250", WAIT_MS));
@@ -1001,7 +970,7 @@ START_TEST(bad_input_changes_nothing)
 
 	env_start_all(&env);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		post_order(cases[i].key, cases[i].body, &r);
+		env_post_order(&env, cases[i].key, cases[i].body, &r);
 		ck_assert_msg(r.status == cases[i].status, "case %zu: %d %s", i, r.status, r.body);
 		struct json_object *o = parse_body(&r), *err;
 		ck_assert(json_object_object_get_ex(o, "error", &err));
@@ -1066,7 +1035,7 @@ START_TEST(database_outage)
 
 	env_start_all(&env);
 	seed_stock("A001", 10);
-	new_order("c-12", "A001", 1, 10, saga);
+	env_new_order(&env, "c-12", "A001", 1, 10, saga);
 	ck_assert(wait_state(saga, "Completed"));
 
 	harness_cluster_pause();
@@ -1090,7 +1059,7 @@ START_TEST(database_outage)
 		http_resp_free(&r);
 	}
 	long long t0 = mono_ms();
-	ck_assert_int_eq(post_order("during-outage", body, &r), 503);
+	ck_assert_int_eq(env_post_order(&env, "during-outage", body, &r), 503);
 	ck_assert_int_lt(mono_ms() - t0, 5000);
 	char *retry = http_header(&r, "Retry-After");
 	ck_assert_ptr_nonnull(retry);
@@ -1113,7 +1082,7 @@ START_TEST(database_outage)
 		ck_assert_int_eq(status, 200);
 	}
 	/* the same key again, now that the database is back */
-	ck_assert_int_eq(post_order("during-outage", body, &r), 201);
+	ck_assert_int_eq(env_post_order(&env, "during-outage", body, &r), 201);
 	struct json_object *o = parse_body(&r);
 	ck_assert(wait_state(jstr(o, "sagaId"), "Completed"));
 	json_object_put(o);
@@ -1165,13 +1134,7 @@ START_TEST(several_instances)
 	}
 	seed_stock("A001", 1000);
 	for (int i = 0; i < N; i++) {
-		struct saga_env *to = i % 2 ? &b : &env;
-		struct saga_env keep = env;
-
-		/* new_order posts to env's orchestrator: alternate by swapping ports */
-		env.port[SVC_ORCH] = to->port[SVC_ORCH];
-		new_order("c-13", "A001", 1, 10, sagas[i]);
-		env.port[SVC_ORCH] = keep.port[SVC_ORCH];
+		env_new_order(i % 2 ? &b : &env, "c-13", "A001", 1, 10, sagas[i]);
 		if (i == N / 2)
 			env_stop(&b, SVC_PAY, SIGKILL);
 	}
@@ -1344,7 +1307,7 @@ START_TEST(database_per_service)
 	ck_assert_int_eq(PQstatus(inv), CONNECTION_OK);
 	ck_assert_int_eq(PQstatus(pay), CONNECTION_OK);
 	PQclear(PQexec(inv, "INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 3)"));
-	new_order("c-15", "A001", 1, 25, saga);
+	env_new_order(&env, "c-15", "A001", 1, 25, saga);
 	ck_assert(wait_state(saga, "Completed"));
 	PGresult *res = PQexec(pay, "SELECT count(*) FROM payment.payments WHERE status = 'captured'");
 	ck_assert_str_eq(PQgetvalue(res, 0, 0), "1");
@@ -1407,7 +1370,7 @@ START_TEST(marks_written_at_shutdown)
 	for (int s = 0; s < SVC_COUNT; s++)
 		env_start(&env, (enum svc)s, quiet);
 	seed_stock("M1", 100);
-	new_order("c-1", "M1", 1, 10, saga);
+	env_new_order(&env, "c-1", "M1", 1, 10, saga);
 	ck_assert(wait_state(saga, "Completed"));
 	/* delivered, so marked or waiting to be */
 	ck_assert(wait_metric(SVC_PAY, OK_TO("orchestrator"), 1));
@@ -1456,7 +1419,7 @@ static void order_expect(const char *customer, const char *item, int qty, long a
 {
 	char saga[UUID_STR_LEN];
 
-	new_order(customer, item, qty, amount, saga);
+	env_new_order(&env, customer, item, qty, amount, saga);
 	ck_assert_msg(wait_state(saga, state), "saga %s (%s %s x%d, %ld) did not reach %s", saga,
 		      customer, item, qty, amount, state);
 }
@@ -1648,7 +1611,7 @@ START_TEST(control_bytes_in_headers_refused)
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.idempotency_records",
 				    0, NULL), 0);
 	/* the key the NUL would have collapsed to is still a new key */
-	ck_assert_int_eq(post_order("ab", order, &r), 201);
+	ck_assert_int_eq(env_post_order(&env, "ab", order, &r), 201);
 	http_resp_free(&r);
 }
 END_TEST
@@ -1680,7 +1643,7 @@ START_TEST(numbers_out_of_range_are_invalid_fields)
 		snprintf(body, sizeof(body),
 			 "{\"customerId\":\"c-big\",\"itemId\":\"A001\",\"qty\":%s,\"amount\":%s}",
 			 cases[i].qty, cases[i].amount);
-		ck_assert_int_eq(post_order("big-number", body, &r), 400);
+		ck_assert_int_eq(env_post_order(&env, "big-number", body, &r), 400);
 		ck_assert_msg(strstr(r.body, "\"invalid_field\"") && strstr(r.body, cases[i].field),
 			      "case %zu: %s", i, r.body);
 		http_resp_free(&r);
@@ -1729,7 +1692,7 @@ START_TEST(peer_names_resolved_without_blocking)
 	for (int s = 0; s < SVC_COUNT; s++)
 		env_start(&env, (enum svc)s, extra);
 	seed_stock("A001", 5);
-	new_order("c-dns", "A001", 1, 100, saga);
+	env_new_order(&env, "c-dns", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "Completed"));
 	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", "/healthz", NULL, NULL, 0, &r), 0);
 	ck_assert_int_eq(r.status, 200);
@@ -1754,7 +1717,7 @@ START_TEST(retention_purges_what_is_done)
 	for (int s = 0; s < SVC_COUNT; s++)
 		env_start(&env, (enum svc)s, keep1);
 	seed_stock("A001", 5);
-	new_order("c-ret", "A001", 1, 100, saga);
+	env_new_order(&env, "c-ret", "A001", 1, 100, saga);
 	ck_assert(wait_state(saga, "Completed"));
 	/* a dead letter (nobody serves "nowhere") and a row not yet due */
 	free(env_sql(&env, "INSERT INTO payment.outbox_messages (message_id, kind, destination,"
@@ -1879,10 +1842,10 @@ START_TEST(answers_are_compact_json)
 
 	env_start_all(&env);
 	seed_stock("A001", 5);
-	ck_assert_int_eq(post_order("compact-1", order, &first), 201);
+	ck_assert_int_eq(env_post_order(&env, "compact-1", order, &first), 201);
 	assert_compact(&first);
 	assert_date(&first);
-	ck_assert_int_eq(post_order("compact-1", order, &again), 201);
+	ck_assert_int_eq(env_post_order(&env, "compact-1", order, &again), 201);
 	assert_compact(&again);
 	want = strdup(first.body);
 	ck_assert_ptr_nonnull(strstr(want, "\"duplicated\":false"));

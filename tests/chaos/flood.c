@@ -43,7 +43,6 @@
 
 #include "harness.h"
 #include "jsonx.h"
-#include "uuid.h"
 
 #define FLOOD_THREADS 8
 #define IO_TIMEOUT_MS 15000
@@ -1013,19 +1012,6 @@ static const char quiet_sql[] =
 	"     + (SELECT count(*) FROM payment.outbox_messages WHERE processed_at IS NULL)"
 	"     + (SELECT count(*) FROM inventory.outbox_messages WHERE processed_at IS NULL)";
 
-static void post_order_ok(const char *body, int want)
-{
-	char key[UUID_STR_LEN], kh[64];
-	const char *h[2] = { kh, NULL };
-	struct http_resp r;
-
-	uuid_new(key);
-	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
-	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", h, body, (size_t)-1, &r), 0);
-	ck_assert_msg(r.status == want, "seed order: %d %s", r.status, r.body);
-	http_resp_free(&r);
-}
-
 static void assert_alive(void)
 {
 	struct http_resp r;
@@ -1051,10 +1037,9 @@ START_TEST(malformed_requests_change_nothing)
 	/* Some real history first, so that every table has rows to protect. */
 	free(env_sql(&env, "INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 2)", 0,
 		     NULL));
-	post_order_ok("{\"customerId\":\"c-1\",\"itemId\":\"A001\",\"qty\":2,\"amount\":100}", 201);
-	post_order_ok("{\"customerId\":\"c-2\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}", 201);
-	post_order_ok("{\"customerId\":\"c-3\",\"itemId\":\"A001\",\"qty\":1,\"amount\":999999999999}",
-		      201);
+	env_new_order(&env, "c-1", "A001", 2, 100, NULL);
+	env_new_order(&env, "c-2", "A001", 1, 100, NULL);
+	env_new_order(&env, "c-3", "A001", 1, 999999999999, NULL);
 	ck_assert_msg(env_wait_sql(&env, quiet_sql, "0", 30000), "seed sagas did not finish");
 	before = db_fingerprint();
 	ck_assert_ptr_nonnull(before);

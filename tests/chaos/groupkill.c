@@ -103,23 +103,6 @@ static PGconn *lock_account(const char *customer)
 	return c;
 }
 
-static void place_order(const char *customer, long qty, long amount)
-{
-	static int n;
-	char body[160], key[80];
-	const char *h[2] = { key, NULL };
-	struct http_resp r;
-
-	snprintf(body, sizeof(body),
-		 "{\"customerId\":\"%s\",\"itemId\":\"gk-item\",\"qty\":%ld,\"amount\":%ld}",
-		 customer, qty, amount);
-	snprintf(key, sizeof(key), "Idempotency-Key: gk-%d-%d", (int)getpid(), ++n);
-	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", h, body, (size_t)-1, &r),
-			 0);
-	ck_assert_msg(r.status == 201, "POST /orders: %d %s", r.status, r.body);
-	http_resp_free(&r);
-}
-
 /* Payment backends waiting for a lock that the backend pid holds. */
 static long long waiting_for(int pid)
 {
@@ -216,7 +199,7 @@ static PGconn *group_in_flight_on_lock(struct totals *t)
 	/* gk-y's PayCommand takes the only writer and waits for B */
 	b = lock_account("gk-y");
 	lock_b_pid = PQbackendPID(b);
-	place_order("gk-y", 1, 100);
+	env_new_order(&env, "gk-y", "gk-item", 1, 100, NULL);
 	wait_for("gk-y's payment waits for the test's lock", y_waits);
 
 	/* gk-w's and gk-x's PayCommands queue behind it */
@@ -225,7 +208,7 @@ static PGconn *group_in_flight_on_lock(struct totals *t)
 	for (long i = 1; i <= N_GROUP; i++) {
 		long amount = 100 * i + 7;
 
-		place_order(i <= N_W ? "gk-w" : "gk-x", i, amount);
+		env_new_order(&env, i <= N_W ? "gk-w" : "gk-x", "gk-item", i, amount, NULL);
 		*(i <= N_W ? &t->amount_w : &t->amount_x) += amount;
 		t->qty += i;
 	}
