@@ -603,6 +603,26 @@ static struct json_object *find_msg(struct json_object *saga, const char *servic
 	return NULL;
 }
 
+/*
+ * The saga's detail lists its undelivered outbox row of type: pending
+ * (dead false) or dead. Those rows are read apart from the delivered ones,
+ * whose index holds nothing else (migration 007).
+ */
+static void expect_undelivered(const char *saga, const char *type, bool dead)
+{
+	char path[96];
+	struct json_object *o, *m;
+
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s", saga);
+	o = admin_get(path);
+	m = find_msg(o, "orchestrator", "out", type);
+	ck_assert_msg(m != NULL, "%s of %s missing: %s", type, saga, json_object_to_json_string(o));
+	ck_assert(jget(m, "processedAt") == NULL);
+	ck_assert_int_eq(jget(m, "deadAt") != NULL, dead);
+	ck_assert_int_gt(json_object_get_int(jget(m, "attemptCount")), 0);
+	json_object_put(o);
+}
+
 START_TEST(saga_messages_from_three_services)
 {
 	char saga[UUID_STR_LEN], path[96], upper[UUID_STR_LEN];
@@ -734,6 +754,7 @@ START_TEST(cancel_pending_payment)
 	env_new_order(&env, "c-1", "A001", 1, 100, saga);
 	ck_assert(env_wait_sql(&env, "SELECT count(*) > 0 FROM orchestrator.outbox_messages"
 				     " WHERE attempt_count > 0", "t", WAIT_MS));
+	expect_undelivered(saga, "PayCommand", false);
 	expect_cancelled(saga, true);
 	expect_cancelled(saga, false);
 	ck_assert_int_eq(history_causes(saga, "Cancelled"), 1);
@@ -880,6 +901,7 @@ START_TEST(dead_letters_listed_and_retried)
 	struct http_resp r;
 
 	make_dead_letters(sagas);
+	expect_undelivered(sagas[2], "PayCommand", true);
 
 	o = admin_get("/admin/api/dead-letters");
 	expect_unavailable(o, "");
