@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -154,59 +153,11 @@ static void teardown_node(const struct broker *b)
 		fprintf(stderr, "broker: cannot remove %s: %s\n", b->dir, strerror(errno));
 }
 
-/*
- * The node runs in a session of its own, so neither meson's timeout nor a
- * Ctrl-C reaches it. The watchdog sits in a session of its own too, and when
- * its owner dies without broker_destroy (PR_SET_PDEATHSIG turns that into
- * SIGTERM) it destroys the node. SIGUSR1 tells it the owner cleans up itself.
- */
-static void watchdog_start(struct broker *b)
+/* For proc_watchdog_start: the node runs in a session of its own, so neither
+ * meson's timeout nor a Ctrl-C reaches it. */
+static void teardown_node_of(const void *b)
 {
-	pid_t parent = getpid();
-	sigset_t set;
-	int sig = 0, fd;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	b->watchdog = fork();
-	if (b->watchdog != 0) {
-		sigprocmask(SIG_UNBLOCK, &set, NULL);
-		if (b->watchdog < 0) {
-			b->watchdog = 0;
-			fprintf(stderr, "broker: no watchdog: %s\n", strerror(errno));
-		}
-		return;
-	}
-	setsid();
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	fd = open("/dev/null", O_RDWR);
-	if (fd >= 0) {
-		dup2(fd, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-	}
-	proc_close_from(3);
-	if (getppid() == parent) {
-		while (sigwait(&set, &sig) != 0)
-			;
-	}
-	if (sig != SIGUSR1)
-		teardown_node(b);
-	_exit(0);
-}
-
-static void watchdog_stop(struct broker *b)
-{
-	if (b->watchdog <= 0)
-		return;
-	kill(b->watchdog, SIGUSR1);
-	while (waitpid(b->watchdog, NULL, 0) < 0 && errno == EINTR)
-		;
-	b->watchdog = 0;
+	teardown_node(b);
 }
 
 /* --- the node ------------------------------------------------------------- */
@@ -224,7 +175,7 @@ void broker_start(struct broker *b)
 	snprintf(b->url, sizeof(b->url), "amqp://guest:guest@127.0.0.1:%d/%%2f", b->port);
 	b->owner = getpid();
 	/* Before the start: a test killed while the node boots leaves nothing. */
-	watchdog_start(b);
+	b->watchdog = proc_watchdog_start("broker", teardown_node_of, b);
 	if (!ran_ok(script(b, "start", true))) {
 		fprintf(stderr, "broker: scripts/rabbit-node start %s %d failed\n", b->dir, b->port);
 		broker_destroy(b);
@@ -236,7 +187,7 @@ void broker_destroy(struct broker *b)
 {
 	if (!b->owner || getpid() != b->owner)
 		return;
-	watchdog_stop(b);
+	proc_watchdog_stop(&b->watchdog);
 	teardown_node(b);
 	b->owner = 0;
 }

@@ -228,60 +228,13 @@ static void cluster_teardown(void)
 		rm_tree(cluster_dir);
 }
 
-/*
- * The cluster outlives its runner otherwise: pg_ctl detaches the postmaster
- * into its own session, so neither meson's timeout nor a Ctrl-C reaches it.
- * The watchdog sits in a session of its own too, and when the runner dies
- * without harness_cluster_stop (PR_SET_PDEATHSIG turns that into SIGTERM) it
- * destroys the cluster. SIGUSR1 tells it the runner cleans up itself.
- */
-static void watchdog_start(void)
+/* For proc_watchdog_start: the cluster outlives its runner otherwise, as
+ * pg_ctl detaches the postmaster into its own session, so neither meson's
+ * timeout nor a Ctrl-C reaches it. */
+static void cluster_teardown_of(const void *unused)
 {
-	pid_t parent = getpid();
-	sigset_t set;
-	int sig = 0, fd;
-
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGHUP);
-	sigaddset(&set, SIGUSR1);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	watchdog_pid = fork();
-	if (watchdog_pid != 0) {
-		sigprocmask(SIG_UNBLOCK, &set, NULL);
-		if (watchdog_pid < 0) {
-			watchdog_pid = 0;
-			fprintf(stderr, "harness: no watchdog: %s\n", strerror(errno));
-		}
-		return;
-	}
-	setsid();
-	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	fd = open("/dev/null", O_RDWR);
-	if (fd >= 0) {
-		dup2(fd, 0);
-		dup2(fd, 1);
-		dup2(fd, 2);
-	}
-	proc_close_from(3);
-	if (getppid() == parent) {
-		while (sigwait(&set, &sig) != 0)
-			;
-	}
-	if (sig != SIGUSR1)
-		cluster_teardown();
-	_exit(0);
-}
-
-static void watchdog_stop(void)
-{
-	if (watchdog_pid <= 0)
-		return;
-	kill(watchdog_pid, SIGUSR1);
-	while (waitpid(watchdog_pid, NULL, 0) < 0 && errno == EINTR)
-		;
-	watchdog_pid = 0;
+	(void)unused;
+	cluster_teardown();
 }
 
 /* --- the cluster ---------------------------------------------------------- */
@@ -302,14 +255,14 @@ void harness_cluster_start(void)
 		cluster_teardown();
 		harness_fatal("scripts/pg-cluster start %s %d failed", cluster_dir, port);
 	}
-	watchdog_start();
+	watchdog_pid = proc_watchdog_start("harness", cluster_teardown_of, NULL);
 }
 
 void harness_cluster_stop(void)
 {
 	if (!cluster_port || getpid() != cluster_owner)
 		return;
-	watchdog_stop();
+	proc_watchdog_stop(&watchdog_pid);
 	cluster_teardown();
 	cluster_port = 0;
 	cluster_dir[0] = '\0';
