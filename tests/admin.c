@@ -40,24 +40,6 @@ static void start_all_admin(void)
 
 /* --- HTTP helpers ------------------------------------------------------- */
 
-static struct json_object *parse_body(const struct http_resp *r)
-{
-	char err[128];
-	struct json_object *o = jsonx_parse(r->body, r->body_len, err, sizeof(err));
-
-	ck_assert_msg(o != NULL, "response is not JSON (%s): %s", err, r->body);
-	return o;
-}
-
-static const char *jstr(struct json_object *o, const char *key)
-{
-	struct json_object *v;
-
-	ck_assert_msg(json_object_object_get_ex(o, key, &v), "no %s in %s", key,
-		      json_object_to_json_string(o));
-	return json_object_get_string(v);
-}
-
 /* The error code of an error answer. */
 static const char *error_code(struct json_object *o)
 {
@@ -175,15 +157,6 @@ static struct json_object *admin_get(const char *path)
 static int admin_post(const char *path, const char *body, struct http_resp *r)
 {
 	return req1(SVC_ORCH, "POST", path, BEARER, body, r);
-}
-
-static struct json_object *jget(struct json_object *o, const char *key)
-{
-	struct json_object *v;
-
-	ck_assert_msg(json_object_object_get_ex(o, key, &v), "no %s in %.300s", key,
-		      json_object_to_json_string(o));
-	return v;
 }
 
 static size_t jlen(struct json_object *o, const char *key)

@@ -1060,12 +1060,35 @@ int env_post_order(struct saga_env *e, const char *key, const char *body,
 	return out->status;
 }
 
+struct json_object *parse_body(const struct http_resp *r)
+{
+	char err[128];
+	struct json_object *o = jsonx_parse(r->body, r->body_len, err, sizeof(err));
+
+	ck_assert_msg(o != NULL, "response is not JSON (%s): %s", err, r->body);
+	return o;
+}
+
+struct json_object *jget(struct json_object *o, const char *key)
+{
+	struct json_object *v;
+
+	ck_assert_msg(json_object_object_get_ex(o, key, &v), "no %s in %.300s", key,
+		      json_object_to_json_string(o));
+	return v;
+}
+
+const char *jstr(struct json_object *o, const char *key)
+{
+	return json_object_get_string(jget(o, key));
+}
+
 void env_new_order(struct saga_env *e, const char *customer, const char *item, long qty,
 		   long amount, char *saga)
 {
 	struct http_resp r;
-	char body[256], key[UUID_STR_LEN], err[128];
-	struct json_object *o, *v;
+	char body[256], key[UUID_STR_LEN];
+	struct json_object *o;
 
 	uuid_new(key);
 	snprintf(body, sizeof(body),
@@ -1074,10 +1097,8 @@ void env_new_order(struct saga_env *e, const char *customer, const char *item, l
 	ck_assert_msg(env_post_order(e, key, body, &r) == 201, "POST /orders %s: %d %s", body,
 		      r.status, r.body);
 	if (saga) {
-		o = jsonx_parse(r.body, r.body_len, err, sizeof(err));
-		ck_assert_msg(o && json_object_object_get_ex(o, "sagaId", &v),
-			      "no sagaId in %s (%s)", r.body, o ? "" : err);
-		snprintf(saga, UUID_STR_LEN, "%s", json_object_get_string(v));
+		o = parse_body(&r);
+		snprintf(saga, UUID_STR_LEN, "%s", jstr(o, "sagaId"));
 		json_object_put(o);
 	}
 	http_resp_free(&r);

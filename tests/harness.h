@@ -114,6 +114,17 @@ int http_do(int port, const char *method, const char *path, const char *const *h
 char *http_header(const struct http_resp *r, const char *name);
 void http_resp_free(struct http_resp *r);
 
+/* --- JSON answers (json-c); each fails the test when the JSON is not so --- */
+
+struct json_object;
+
+/* r's body parsed as JSON; free with json_object_put. */
+struct json_object *parse_body(const struct http_resp *r);
+/* o's member key, borrowed from o (NULL for a JSON null); o must have it. */
+struct json_object *jget(struct json_object *o, const char *key);
+/* jget as a string: json-c's text for a non-string, NULL for a JSON null. */
+const char *jstr(struct json_object *o, const char *key);
+
 /* The value of one series (name and labels, as written) in a service's
  * /metrics, or -1 when it is not there. Fails the test when the scrape does. */
 double env_metric(struct saga_env *e, enum svc s, const char *series);

@@ -66,24 +66,6 @@ static const char *const *internal_headers(void)
 	return h;
 }
 
-static struct json_object *parse_body(const struct http_resp *r)
-{
-	char err[128];
-	struct json_object *o = jsonx_parse(r->body, r->body_len, err, sizeof(err));
-
-	ck_assert_msg(o != NULL, "response is not JSON (%s): %s", err, r->body);
-	return o;
-}
-
-static const char *jstr(struct json_object *o, const char *key)
-{
-	struct json_object *v;
-
-	ck_assert_msg(json_object_object_get_ex(o, key, &v), "no %s in %s", key,
-		      json_object_to_json_string(o));
-	return json_object_get_string(v);
-}
-
 static bool wait_state(const char *saga, const char *state)
 {
 	char sql[300];
