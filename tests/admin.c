@@ -92,7 +92,8 @@ static void expect_security_headers(const struct http_resp *r)
 	ck_assert_msg(v && strcmp(v, "nosniff") == 0, "nosniff missing");
 	free(v);
 	v = http_header(r, "Content-Security-Policy");
-	ck_assert_msg(v && strcmp(v, "default-src 'self'; frame-ancestors 'none'") == 0,
+	ck_assert_msg(v && strcmp(v, "default-src 'self'; frame-ancestors 'none'; "
+				     "form-action 'self'; base-uri 'none'") == 0,
 		      "CSP: %s", v ? v : "(none)");
 	free(v);
 	v = http_header(r, "Cache-Control");

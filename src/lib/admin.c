@@ -29,7 +29,9 @@ void admin_secure_headers(struct evhttp_request *req)
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 
 	evhttp_add_header(out, "X-Content-Type-Options", "nosniff");
-	evhttp_add_header(out, "Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'");
+	evhttp_add_header(out, "Content-Security-Policy",
+			  "default-src 'self'; frame-ancestors 'none'; form-action 'self'; "
+			  "base-uri 'none'");
 	evhttp_add_header(out, "Cache-Control", "no-store");
 	evhttp_add_header(out, "Referrer-Policy", "no-referrer");
 }

@@ -14,7 +14,7 @@ sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
 import opslib  # noqa: E402
 
-CSP = "default-src 'self'; frame-ancestors 'none'"
+CSP = "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 FILES = {"": "text/html", "index.html": "text/html", "console.js": "text/javascript",
          "sagas.js": "text/javascript", "delivery.js": "text/javascript",
          "console.css": "text/css", "favicon.svg": "image/svg+xml"}
