@@ -5,13 +5,14 @@
  * Security, for every admin route (httpd's HTTPD_ADMIN_* routes, the
  * console's files included): the answers carry X-Content-Type-Options:
  * nosniff, Content-Security-Policy: default-src 'self'; frame-ancestors
- * 'none', and Cache-Control: no-store. A route that needs the credential
- * accepts either Authorization: Bearer $ADMIN_TOKEN or the session cookie
- * (see admin_auth.h); with the cookie, every POST must also carry
- * X-Pgsaga-Csrf with the session's CSRF value (403 csrf_missing). Wrong
- * tokens, at sign-in or as a bearer, are counted per client address
- * (saga_admin_signin_failures_total); past the limit the address gets 429
- * too_many_attempts with Retry-After, whatever token it sends.
+ * 'none'; form-action 'self'; base-uri 'none', and Cache-Control: no-store.
+ * A route that needs the credential accepts either Authorization: Bearer
+ * $ADMIN_TOKEN or the session cookie (see admin_auth.h); with the cookie,
+ * every POST must also carry X-Pgsaga-Csrf with the session's CSRF value
+ * (403 csrf_missing). The right token always passes; a wrong one, at
+ * sign-in or as a bearer, is always 401, counted
+ * (saga_admin_signin_failures_total) and logged (a warning at most once a
+ * minute).
  *
  * Sessions:
  *   POST /admin/session {"token": "..."}  -> 200 {"csrf": "..."} + Set-Cookie

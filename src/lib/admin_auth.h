@@ -1,7 +1,7 @@
 /*
  * admin_auth: the pure half of the admin API's security: the stateless
- * session cookie, its CSRF value, token comparison and the limit on failed
- * sign-ins. No I/O: the caller passes the time, so unit tests drive it.
+ * session cookie, its CSRF value and token comparison. No I/O: the caller
+ * passes the time, so unit tests drive it.
  *
  * The cookie is "<expiry>.<nonce>.<mac>": expiry in Unix seconds, 16 random
  * hex digits, and HMAC-SHA256(ADMIN_TOKEN, "pgsaga-session|<expiry>.<nonce>")
@@ -42,33 +42,5 @@ void admin_csrf(const char *token, const char *cookie, char out[ADMIN_CSRF_LEN])
  * into out; false when absent or longer than outlen - 1.
  */
 bool admin_cookie_get(const char *header, const char *name, char *out, size_t outlen);
-
-/*
- * Failed sign-ins: at most ADMIN_FAIL_MAX per client address in a window of
- * ADMIN_FAIL_WINDOW_S seconds, and ADMIN_FAIL_GLOBAL_MAX for all addresses
- * together (so that many addresses cannot take turns). Addresses are kept
- * in a small table; when it is full the oldest window is forgotten.
- */
-#define ADMIN_FAIL_MAX 10
-#define ADMIN_FAIL_GLOBAL_MAX 100
-#define ADMIN_FAIL_WINDOW_S 60
-#define ADMIN_FAIL_SLOTS 256
-
-struct admin_fail_slot {
-	char addr[48];
-	int64_t since; /* start of its window */
-	int count;
-};
-
-struct admin_limiter {
-	struct admin_fail_slot slots[ADMIN_FAIL_SLOTS];
-	int64_t global_since;
-	int global_count;
-};
-
-/* 0 when addr may try now, else how many seconds until it may. */
-int64_t admin_limiter_wait(struct admin_limiter *l, const char *addr, int64_t now_s);
-/* Records one failure of addr. */
-void admin_limiter_fail(struct admin_limiter *l, const char *addr, int64_t now_s);
 
 #endif

@@ -315,21 +315,12 @@ def admin_calls_db_down(port_of):
          ADMIN, expect=503)
 
 
-def admin_rate_limit(o):
-    """Last: the address is locked out of the admin API for a minute."""
+def admin_wrong_tokens(o):
+    """Wrong tokens are 401 each time and never lock the right one out."""
     for _ in range(12):
-        r = call("orchestrator", o, "POST", "/admin/session", {"token": "guess-guess-guess"})
-        if r.status == 429:
-            break
-    call("orchestrator", o, "POST", "/admin/session", {"token": ADMIN_TOKEN}, expect=429)
-    call("orchestrator", o, "GET", "/admin/api/deliveries", headers=ADMIN, expect=429)
-    call("orchestrator", o, "GET", "/admin/api/sagas", headers=ADMIN, expect=429)
-    call("orchestrator", o, "GET", "/admin/api/sagas/" + new_id(), headers=ADMIN, expect=429)
-    call("orchestrator", o, "POST", "/admin/api/sagas/%s/cancel" % new_id(), {"reason": "x"},
-         ADMIN, expect=429)
-    call("orchestrator", o, "GET", "/admin/api/dead-letters", headers=ADMIN, expect=429)
-    call("orchestrator", o, "POST", "/admin/api/dead-letters/retry",
-         {"service": "orchestrator", "all": True}, ADMIN, expect=429)
+        call("orchestrator", o, "POST", "/admin/session", {"token": "guess-guess-guess"},
+             expect=401)
+    call("orchestrator", o, "POST", "/admin/session", {"token": ADMIN_TOKEN}, expect=200)
 
 
 def too_large(path, token=None):
@@ -522,7 +513,7 @@ def main():
         admin_calls_db_down(port_of)
         for s in SERVICES:
             checks.ok(sy.procs[s].poll() is None, "saga-%s still runs without its database" % s)
-        admin_rate_limit(o)
+        admin_wrong_tokens(o)
 
     check_coverage()
     checks.done()

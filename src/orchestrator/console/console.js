@@ -283,9 +283,7 @@ window.pgsaga = (function () {
         input.value = '';
         signedIn();
       } catch (e) {
-        replace(errorLine, e.status === 401 ? 'That token is not right.'
-          : e.status === 429 ? 'Too many attempts. Wait a minute, then try again.'
-            : e.message);
+        replace(errorLine, e.status === 401 ? 'That token is not right.' : e.message);
         input.select();
         input.focus();
       } finally {
