@@ -16,7 +16,9 @@
 #include "uuid.h"
 
 #define WAIT_MS 20000
-#define ADMIN_TOKEN "test-admin-token-0123456789"
+/* short on purpose: SPEC sets no minimum, so a short token only earns a
+ * warning, and every test here starts the services with one */
+#define ADMIN_TOKEN "admin"
 
 static struct saga_env env;
 static const char *const admin_env[] = { "ADMIN_TOKEN=" ADMIN_TOKEN, NULL };

@@ -23,7 +23,7 @@
 #define ADMIN_SESSION_S (8 * 3600)
 #define ADMIN_COOKIE_LEN 100 /* buffer for a cookie value, NUL included */
 #define ADMIN_CSRF_LEN 65    /* 64 hex digits and the NUL */
-#define ADMIN_TOKEN_MIN 16   /* shortest ADMIN_TOKEN accepted */
+#define ADMIN_TOKEN_SHORT 16 /* a shorter ADMIN_TOKEN is accepted with a warning */
 
 /* Equal strings, in time that depends on neither content nor length. */
 bool admin_token_equal(const char *got, const char *want);
