@@ -895,8 +895,19 @@ START_TEST(dead_letters_listed_and_retried)
 	ck_assert_int_eq(jlen(o, "deadLetters"), 0);
 	json_object_put(o);
 
-	/* one: delivered again at once, and the saga goes on */
+	/* type and lastError narrow "all" only: with ids they are refused, not
+	 * ignored, and nothing is retried */
 	id0 = dead_id_of(sagas[0]);
+	snprintf(body, sizeof(body),
+		 "{\"service\":\"orchestrator\",\"messageIds\":[\"%s\"],"
+		 "\"type\":\"PaymentSucceeded\"}",
+		 id0);
+	admin_post("/admin/api/dead-letters/retry", body, &r);
+	expect_error(&r, 400, "invalid_field");
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.dead_letters", 0, NULL),
+			 3);
+
+	/* one: delivered again at once, and the saga goes on */
 	snprintf(body, sizeof(body), "{\"service\":\"orchestrator\",\"messageIds\":[\"%s\"]}", id0);
 	ck_assert_int_eq(admin_post("/admin/api/dead-letters/retry", body, &r), 200);
 	o = parse_body(&r);
@@ -949,6 +960,8 @@ START_TEST(dead_letters_listed_and_retried)
 		"{\"service\":\"orchestrator\",\"all\":1}",
 		"{\"service\":\"billing\",\"all\":true}",
 		"{\"all\":true}",
+		"{\"service\":\"payment\",\"lastError\":\"x\","
+		"\"messageIds\":[\"00000000-0000-4000-8000-000000000001\"]}",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		admin_post("/admin/api/dead-letters/retry", bad[i], &r);

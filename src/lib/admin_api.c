@@ -446,7 +446,7 @@ static void retry(struct evhttp_request *req, void *svc, const char *tail)
 	struct app *app = svc;
 	size_t len;
 	const char *body = httpd_body(req, &len), *service = NULL, *type = NULL, *error = NULL;
-	const char *bad = NULL;
+	const char *bad = NULL, *narrows = NULL;
 	char err[128], *ids = NULL;
 	struct json_object *obj = jsonx_parse(body, len, err, sizeof(err)), *all_v = NULL;
 	bool all = false;
@@ -474,9 +474,14 @@ static void retry(struct evhttp_request *req, void *svc, const char *tail)
 	else if (json_object_object_get_ex(obj, "lastError", NULL) &&
 		 jsonx_get_str(obj, "lastError", 2000, &error) != 0)
 		bad = "lastError";
+	else if (ids && (type || error))
+		bad = narrows = type ? "type" : "lastError"; /* not silently ignored */
 	if (bad) {
 		if (strcmp(bad, "body") == 0)
 			httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
+		else if (narrows)
+			httpd_error(req, 400, "invalid_field",
+				    "%s narrows \"all\": true only, not messageIds", bad);
 		else
 			httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
 		json_object_put(obj);
