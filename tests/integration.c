@@ -637,7 +637,9 @@ static char *event_body(const char *event_id, const char *saga)
 {
 	char *b = malloc(160);
 
-	snprintf(b, 160, "{\"eventId\":\"%.36s\",\"sagaId\":\"%.36s\"}", event_id, saga);
+	/* a reason too: the failures need one, the others ignore it */
+	snprintf(b, 160, "{\"eventId\":\"%.36s\",\"sagaId\":\"%.36s\",\"reason\":\"test\"}",
+		 event_id, saga);
 	return b;
 }
 
@@ -681,6 +683,16 @@ START_TEST(duplicate_and_out_of_order_events)
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT count(*) FROM orchestrator.saga_history WHERE saga_id = '%s'",
 				saga), 3);
+
+	/* a failure without its reason is malformed, also for a finished saga */
+	char body[160];
+	struct http_resp r;
+
+	uuid_new(ev);
+	snprintf(body, sizeof(body), "{\"eventId\":\"%s\",\"sagaId\":\"%s\"}", ev, saga);
+	ck_assert_int_eq(post_internal(SVC_ORCH, "/events/PaymentFailed", body, &r), 400);
+	ck_assert_msg(strstr(r.body, "\"invalid_field\"") && strstr(r.body, "reason"), "%s", r.body);
+	http_resp_free(&r);
 
 	/* out of order: inventory's answer before payment's */
 	env_stop(&env, SVC_PAY, SIGTERM);
