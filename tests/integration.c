@@ -1419,6 +1419,36 @@ static void order_expect(const char *customer, const char *item, int qty, long a
 }
 
 /*
+ * A service connected as another role than its schema's owner (the
+ * superuser URL pasted into its DATABASE_URL) refuses to migrate: the
+ * tables would belong to that role, and the service's own role could never
+ * start again. Nothing is created; the right role then starts.
+ */
+START_TEST(migrations_only_as_the_schema_owner)
+{
+	char bin[600], url[600], listen[64];
+
+	snprintf(bin, sizeof(bin), "%s/src/inventory/saga-inventory", getenv("SAGA_BUILD_DIR"));
+	snprintf(url, sizeof(url), "DATABASE_URL=%s", env.admin_url);
+	snprintf(listen, sizeof(listen), "LISTEN_ADDR=127.0.0.1:%d", free_port());
+	/* timeout: a service that did start would otherwise run forever (124) */
+	const char *const argv[] = { "env", url, listen, "INTERNAL_TOKEN=t", "timeout", "30", bin,
+				     NULL };
+
+	ck_assert_int_eq(run_prog(argv), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM pg_class c JOIN pg_namespace n"
+					  " ON n.oid = c.relnamespace WHERE n.nspname = 'inventory'",
+				    0, NULL),
+			 0);
+	env_start(&env, SVC_INV, NULL);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM pg_tables WHERE schemaname ="
+					  " 'inventory' AND tableowner <> 'saga_inventory'",
+				    0, NULL),
+			 0);
+}
+END_TEST
+
+/*
  * SPEC §4: operators open accounts and add items with the spec's columns
  * alone, top up and restock with an UPDATE, and the audit stays true. The
  * account insert broke once (starting_balance NOT NULL, no default) while
@@ -1900,6 +1930,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(ops, trace_follows_the_saga);
 	tcase_add_test(ops, database_per_service);
 	tcase_add_test(edges, operator_accounts_and_stock_by_psql);
+	tcase_add_test(edges, migrations_only_as_the_schema_owner);
 	tcase_add_test(edges, ambiguous_framing_refused);
 	tcase_add_test(edges, control_bytes_in_headers_refused);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
