@@ -637,7 +637,9 @@ static char *event_body(const char *event_id, const char *saga)
 {
 	char *b = malloc(160);
 
-	snprintf(b, 160, "{\"eventId\":\"%.36s\",\"sagaId\":\"%.36s\"}", event_id, saga);
+	/* a reason too: the failures need one, the others ignore it */
+	snprintf(b, 160, "{\"eventId\":\"%.36s\",\"sagaId\":\"%.36s\",\"reason\":\"test\"}",
+		 event_id, saga);
 	return b;
 }
 
@@ -681,6 +683,16 @@ START_TEST(duplicate_and_out_of_order_events)
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT count(*) FROM orchestrator.saga_history WHERE saga_id = '%s'",
 				saga), 3);
+
+	/* a failure without its reason is malformed, also for a finished saga */
+	char body[160];
+	struct http_resp r;
+
+	uuid_new(ev);
+	snprintf(body, sizeof(body), "{\"eventId\":\"%s\",\"sagaId\":\"%s\"}", ev, saga);
+	ck_assert_int_eq(post_internal(SVC_ORCH, "/events/PaymentFailed", body, &r), 400);
+	ck_assert_msg(strstr(r.body, "\"invalid_field\"") && strstr(r.body, "reason"), "%s", r.body);
+	http_resp_free(&r);
 
 	/* out of order: inventory's answer before payment's */
 	env_stop(&env, SVC_PAY, SIGTERM);
@@ -1407,6 +1419,36 @@ static void order_expect(const char *customer, const char *item, int qty, long a
 }
 
 /*
+ * A service connected as another role than its schema's owner (the
+ * superuser URL pasted into its DATABASE_URL) refuses to migrate: the
+ * tables would belong to that role, and the service's own role could never
+ * start again. Nothing is created; the right role then starts.
+ */
+START_TEST(migrations_only_as_the_schema_owner)
+{
+	char bin[600], url[600], listen[64];
+
+	snprintf(bin, sizeof(bin), "%s/src/inventory/saga-inventory", getenv("SAGA_BUILD_DIR"));
+	snprintf(url, sizeof(url), "DATABASE_URL=%s", env.admin_url);
+	snprintf(listen, sizeof(listen), "LISTEN_ADDR=127.0.0.1:%d", free_port());
+	/* timeout: a service that did start would otherwise run forever (124) */
+	const char *const argv[] = { "env", url, listen, "INTERNAL_TOKEN=t", "timeout", "30", bin,
+				     NULL };
+
+	ck_assert_int_eq(run_prog(argv), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM pg_class c JOIN pg_namespace n"
+					  " ON n.oid = c.relnamespace WHERE n.nspname = 'inventory'",
+				    0, NULL),
+			 0);
+	env_start(&env, SVC_INV, NULL);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM pg_tables WHERE schemaname ="
+					  " 'inventory' AND tableowner <> 'saga_inventory'",
+				    0, NULL),
+			 0);
+}
+END_TEST
+
+/*
  * SPEC §4: operators open accounts and add items with the spec's columns
  * alone, top up and restock with an UPDATE, and the audit stays true. The
  * account insert broke once (starting_balance NOT NULL, no default) while
@@ -1888,6 +1930,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(ops, trace_follows_the_saga);
 	tcase_add_test(ops, database_per_service);
 	tcase_add_test(edges, operator_accounts_and_stock_by_psql);
+	tcase_add_test(edges, migrations_only_as_the_schema_owner);
 	tcase_add_test(edges, ambiguous_framing_refused);
 	tcase_add_test(edges, control_bytes_in_headers_refused);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);

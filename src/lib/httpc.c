@@ -254,12 +254,20 @@ static void pump_cb(evutil_socket_t fd, short what, void *arg)
 static int parse_url(struct inst *in, const char *url, char *err, size_t errlen)
 {
 	struct evhttp_uri *u = evhttp_uri_parse(url);
-	const char *host;
+	const char *host, *path;
 	int port;
 
+	/*
+	 * A base URL is scheme, host and port: the paths of SPEC §6 are asked at
+	 * the peer's root, so a path (a proxy's prefix, say) would be dropped
+	 * without a word; refused, like an empty host, rather than found out
+	 * at the first delivery.
+	 */
 	if (!u || !evhttp_uri_get_scheme(u) || strcmp(evhttp_uri_get_scheme(u), "http") != 0 ||
-	    !(host = evhttp_uri_get_host(u)) || strlen(host) >= sizeof(in->host)) {
-		snprintf(err, errlen, "not an http:// URL: '%s'", url);
+	    !(host = evhttp_uri_get_host(u)) || !*host || strlen(host) >= sizeof(in->host) ||
+	    ((path = evhttp_uri_get_path(u)) && *path && strcmp(path, "/") != 0) ||
+	    evhttp_uri_get_query(u) || evhttp_uri_get_fragment(u) || evhttp_uri_get_userinfo(u)) {
+		snprintf(err, errlen, "not an http://host[:port] URL: '%s'", url);
 		if (u)
 			evhttp_uri_free(u);
 		return -1;

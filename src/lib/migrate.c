@@ -297,6 +297,34 @@ static void on_notice(void *arg, const PGresult *res)
 	log_warn("migrate %s: server warning: %s", mg->schema, msg != NULL ? msg : "");
 }
 
+/*
+ * The schema's owner, and no one else, applies its migrations: what they
+ * create belongs to whoever runs them, and tables owned by a superuser
+ * (its URL pasted into the wrong DATABASE_URL) lock the service's own role
+ * out for good and escape the auditor's default privileges (SPEC §4). A
+ * schema that does not exist yet is left to the hint of the first statement.
+ */
+static int check_owner(struct mig *mg)
+{
+	PGresult *res;
+	int rc = 0;
+
+	if (exec_param(mg, "schema owner",
+		       "SELECT pg_get_userbyid(nspowner), current_user"
+		       "  FROM pg_namespace WHERE nspname = $1",
+		       mg->schema, PGRES_TUPLES_OK, &res) < 0)
+		return -1;
+	if (PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1)) != 0) {
+		set_err(mg, "schema %s belongs to role %s, but DATABASE_URL connects as %s: "
+			    "connect as %s (each service as its own role)",
+			mg->schema, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1),
+			PQgetvalue(res, 0, 0));
+		rc = -1;
+	}
+	PQclear(res);
+	return rc;
+}
+
 int migrate_apply(const char *conninfo, const char *schema, const struct migration *m, size_t n,
 		  char *err, size_t errlen)
 {
@@ -335,7 +363,7 @@ int migrate_apply(const char *conninfo, const char *schema, const struct migrati
 		goto out;
 	}
 
-	if (ensure_version_table(&mg) < 0) {
+	if (check_owner(&mg) < 0 || ensure_version_table(&mg) < 0) {
 		count = -1;
 		goto out;
 	}

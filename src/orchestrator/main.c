@@ -453,6 +453,7 @@ static void handle_event(struct inmsg m, const char *type)
 {
 	int ev = saga_event_parse(type);
 	const char *event_id, *saga_id, *reason, *bad = NULL;
+	bool needs_reason;
 	struct json_object *obj;
 	struct transition *t;
 	char err[128];
@@ -463,6 +464,9 @@ static void handle_event(struct inmsg m, const char *type)
 		inmsg_error(m, 404, "unknown_type", "unknown event type");
 		return;
 	}
+	/* SPEC §5: the failures carry a reason; without it the event is malformed
+	 * whatever the saga's state, so it is refused before the state is read */
+	needs_reason = ev == SAGA_PAYMENT_FAILED || ev == SAGA_INVENTORY_RESERVATION_FAILED;
 	body = inmsg_body(m, &len);
 	obj = jsonx_parse(body, len, err, sizeof(err));
 	if (!obj) {
@@ -475,7 +479,7 @@ static void handle_event(struct inmsg m, const char *type)
 		bad = "eventId";
 	else if (jsonx_get_uuid(obj, "sagaId", &saga_id) != 0)
 		bad = "sagaId";
-	else if (json_object_object_get_ex(obj, "reason", NULL) &&
+	else if ((needs_reason || json_object_object_get_ex(obj, "reason", NULL)) &&
 		 jsonx_get_str(obj, "reason", 200, &reason) != 0)
 		bad = "reason";
 	if (bad) {

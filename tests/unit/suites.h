@@ -12,5 +12,6 @@ Suite *fsm_suite(void);
 Suite *breaker_suite(void);
 Suite *httpd_suite(void);
 Suite *admin_auth_suite(void);
+Suite *httpc_suite(void);
 
 #endif
