@@ -1081,6 +1081,22 @@ START_TEST(database_outage)
 	ck_assert(wait_state(jstr(o, "sagaId"), "Completed"));
 	json_object_put(o);
 	http_resp_free(&r);
+
+	/* what the server said as it went ("FATAL: terminating connection")
+	 * was logged as JSON, not written raw between the log lines */
+	static const char *const names[SVC_COUNT] = { "orchestrator", "payment", "inventory" };
+	for (int s = 0; s < SVC_COUNT; s++) {
+		char path[700], line[4096];
+
+		snprintf(path, sizeof(path), "%s/%s-%s.log", harness_cluster_dir(), env.dbname,
+			 names[s]);
+		FILE *f = fopen(path, "r");
+		ck_assert_msg(f != NULL, "%s", path);
+		while (fgets(line, sizeof(line), f)) {
+			ck_assert_msg(line[0] == '{', "%s: not a JSON log line: %s", path, line);
+		}
+		fclose(f);
+	}
 }
 END_TEST
 

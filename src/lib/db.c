@@ -305,6 +305,23 @@ static void conn_poll_connect(struct conn *c)
 	}
 }
 
+
+/*
+ * What the server says outside a statement went raw to stderr (libpq's
+ * default), between the JSON log lines: "FATAL: terminating connection due
+ * to administrator command" as the database shuts down. It becomes a log
+ * line; NOTICEs and below ("relation already exists, skipping") are noise.
+ */
+static void conn_notice(void *arg, const PGresult *res)
+{
+	const char *sev = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+	const char *msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+
+	if (sev && (strcmp(sev, "NOTICE") == 0 || strcmp(sev, "INFO") == 0 ||
+		    strcmp(sev, "LOG") == 0 || strcmp(sev, "DEBUG") == 0))
+		return;
+	log_warn("database says %s: %s", sev ? sev : "?", msg ? msg : "");
+}
 static void conn_start(struct conn *c)
 {
 	const char *keys[5], *vals[5];
@@ -325,6 +342,7 @@ static void conn_start(struct conn *c)
 		conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
 		return;
 	}
+	PQsetNoticeReceiver(c->pg, conn_notice, NULL);
 	c->state = CONN_CONNECTING;
 	conn_timer(c, CONNECT_TIMEOUT_MS);
 	conn_poll_connect(c);
