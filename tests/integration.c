@@ -1454,9 +1454,10 @@ END_TEST
 /*
  * Sends raw bytes on one connection and reads until the server closes it
  * (or 10 s pass). Returns how many responses came back; the first one's
- * status and body are in first (caller frees first->body).
+ * status is in *status, and all the server sent, status lines and headers
+ * included, in *text (caller frees).
  */
-static int raw_exchange(const char *bytes, size_t len, int *status, char **body)
+static int raw_exchange(const char *bytes, size_t len, int *status, char **text)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_port = htons((uint16_t)env.port[SVC_ORCH]) };
@@ -1483,72 +1484,116 @@ static int raw_exchange(const char *bytes, size_t len, int *status, char **body)
 	close(fd);
 	ck_assert_msg(closed, "the connection was kept open after: %.*s", (int)len, bytes);
 	*status = 0;
-	if (got > 12 && strncmp(buf, "HTTP/1.1 ", 9) == 0)
+	if (got > 12 && strncmp(buf, "HTTP/1.", 7) == 0)
 		*status = atoi(buf + 9);
-	for (char *p = buf; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
-		n++;
-	char *b = strstr(buf, "\r\n\r\n");
-	*body = strdup(b ? b + 4 : "");
-	free(buf);
+	for (char *p = buf; (p = strstr(p, "HTTP/1.")) != NULL; p++) {
+		int code = 0, end = 0;
+
+		/* a status line, not the words in a message */
+		if (sscanf(p, "HTTP/1.%*1[01] %3d %n", &code, &end) == 1 && end == 13)
+			n++;
+	}
+	*text = buf;
 	return n;
 }
 
 /*
  * SPEC §6: framing a proxy could read another way is refused with 400 and
- * the connection closed, so the bytes after it (here a request pipelined
- * behind it) are never taken for a request.
+ * the connection closed. Each front request carries a POST /orders as its
+ * body: a proxy that frames it one way sees one request, while a server
+ * that reads no body (an unknown Transfer-Encoding, "Content-Length :")
+ * would run the POST as the next request (request smuggling).
  */
 START_TEST(ambiguous_framing_refused)
 {
 	static const char order[] =
 		"{\"customerId\":\"c-fr\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}";
 	static const struct {
-		const char *framing;  /* the headers that say where the body ends */
+		const char *front;    /* request line and the headers that say where the body ends */
 		bool chunked;         /* the body sent as one chunk */
 		const char *code;     /* in the answer; NULL: evhttp's own bare 400 */
 	} cases[] = {
-		{ "Content-Length: 58\r\nContent-Length: 58\r\n", false, "\"ambiguous_framing\"" },
-		{ "Content-Length: 58\r\nContent-Length: 058\r\n", false, "\"ambiguous_framing\"" },
-		{ "Content-Length: 58\r\ncontent-length: 7\r\n", false, "\"ambiguous_framing\"" },
-		/* a Transfer-Encoding evhttp does not know */
-		{ "Content-Length: 58\r\nTransfer-Encoding: identity\r\n", false, NULL },
-		/* chunked with a Content-Length (evhttp reads the chunks) */
-		{ "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n", true, NULL },
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\nContent-Length: 58\r\n", false,
+		  "\"ambiguous_framing\"" },
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\nContent-Length: 058\r\n", false,
+		  "\"ambiguous_framing\"" },
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\ncontent-length: 7\r\n", false,
+		  "\"ambiguous_framing\"" },
+		/* evhttp refuses a Transfer-Encoding with a Content-Length itself */
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\nTransfer-Encoding: identity\r\n",
+		  false, NULL },
+		{ "POST /orders HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n", true,
+		  NULL },
+		/* Transfer-Encodings evhttp does not take for chunked read no body */
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n", false,
+		  "\"ambiguous_framing\"" },
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: identity\r\n", false,
+		  "\"ambiguous_framing\"" },
+		/* evhttp reads chunks; a proxy may refuse gzip or decode it */
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n", true,
+		  "\"ambiguous_framing\"" },
+		/* two of them: evhttp's own 400 */
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+		  "Transfer-Encoding: chunked\r\n", true, NULL },
+		/* a proxy may ignore Transfer-Encoding in HTTP/1.0 */
+		{ "GET /healthz HTTP/1.0\r\nTransfer-Encoding: chunked\r\n", true,
+		  "\"ambiguous_framing\"" },
+		/* no Content-Length to evhttp, one to a lenient proxy */
+		{ "GET /healthz HTTP/1.1\r\nContent-Length : 142\r\n", false, "\"invalid_header\"" },
+		/* not 1*DIGIT: evhttp's strtoll takes it, a proxy may not */
+		{ "GET /healthz HTTP/1.1\r\nContent-Length: +142\r\n", false,
+		  "\"ambiguous_framing\"" },
 	};
-	char req[1024], body_sent[128];
+	char req[1024], smuggled[256], body_sent[300];
 	int status;
-	char *body;
+	char *text;
 
 	ck_assert_int_eq(strlen(order), 58);
 	env_start_all(&env);
+	seed_stock("A001", 5);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(smuggled, sizeof(smuggled),
+			 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: smuggled-%02zu\r\n"
+			 "Content-Length: 58\r\n\r\n%s",
+			 i, order);
+		ck_assert_int_eq(strlen(smuggled), 142);
 		if (cases[i].chunked)
 			snprintf(body_sent, sizeof(body_sent), "%zx\r\n%s\r\n0\r\n\r\n",
-				 strlen(order), order);
+				 strlen(smuggled), smuggled);
 		else
-			snprintf(body_sent, sizeof(body_sent), "%s", order);
-		snprintf(req, sizeof(req),
-			 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-%zu\r\n%s\r\n%s"
-			 "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
-			 i, cases[i].framing, body_sent);
-		ck_assert_msg(raw_exchange(req, strlen(req), &status, &body) == 1,
-			      "framing %zu: the pipelined request was answered", i);
-		ck_assert_msg(status == 400, "framing %zu: status %d", i, status);
-		ck_assert_msg(!cases[i].code || strstr(body, cases[i].code) != NULL,
-			      "framing %zu: %s", i, body);
-		free(body);
+			snprintf(body_sent, sizeof(body_sent), "%s", smuggled);
+		snprintf(req, sizeof(req), "%sHost: x\r\nIdempotency-Key: front-%zu\r\n\r\n%s",
+			 cases[i].front, i, body_sent);
+		ck_assert_msg(raw_exchange(req, strlen(req), &status, &text) == 1,
+			      "framing %zu: more than one answer: %s", i, text);
+		ck_assert_msg(status == 400, "framing %zu: %s", i, text);
+		ck_assert_msg(strstr(text, "\r\nConnection: close\r\n") != NULL, "framing %zu: %s", i,
+			      text);
+		ck_assert_msg(!cases[i].code || strstr(text, cases[i].code) != NULL,
+			      "framing %zu: %s", i, text);
+		free(text);
 	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 0);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.idempotency_records",
-				    0, NULL), 0);
-	/* one Content-Length alone is fine, and the connection lives on */
+				    0, NULL),
+			 0);
+	/* one Content-Length alone is fine, so is chunked in any case, and the
+	 * connection lives on */
 	snprintf(req, sizeof(req),
 		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-ok\r\n"
-		 "Content-Length: %zu\r\n\r\n%sGET /healthz HTTP/1.1\r\nHost: x\r\n"
-		 "Connection: close\r\n\r\n",
-		 strlen(order), order);
-	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &body), 2);
+		 "Content-Length: %zu\r\n\r\n%s"
+		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-ok-2\r\n"
+		 "Transfer-Encoding:  Chunked \r\n\r\n%zx\r\n%s\r\n0\r\n\r\n"
+		 "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		 strlen(order), order, strlen(order), order);
+	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &text), 3);
 	ck_assert_int_eq(status, 201);
-	free(body);
+	free(text);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 2);
 }
 END_TEST
 

@@ -5,6 +5,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version */
 #include <event2/keyvalq_struct.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -249,40 +250,75 @@ static bool has_control_byte(const char *s)
 	return false;
 }
 
+/* 1*DIGIT (RFC 9110 §8.6); evhttp's strtoll would take "+56" as well. */
+static bool digits_only(const char *s)
+{
+	return *s && strspn(s, "0123456789") == strlen(s);
+}
+
 /*
- * Refuses what must not reach a handler, before anything is done: framing a
- * proxy could read differently from us (two Content-Length headers, or one
- * with Transfer-Encoding: request smuggling) and control bytes in a header
- * (a NUL arrives as 0x01, see nul_filter). Answers 400 and closes the
- * connection, whose remaining bytes cannot be trusted. Returns true when it
- * answered.
+ * When the router runs, evhttp has taken the body by its rules: chunked when
+ * Transfer-Encoding is exactly "chunked" (any case, spaces trimmed), else
+ * the Content-Length, else none; a Content-Length with a Transfer-Encoding
+ * it has refused itself. Here is what a proxy in front may have framed
+ * otherwise, so that what we took for the next request was this one's body
+ * (request smuggling). Returns why, or NULL.
+ */
+static const char *ambiguous_framing(struct evhttp_request *req)
+{
+	struct evkeyval *kv;
+	int lengths = 0, codings = 0;
+
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next) {
+		if (strcasecmp(kv->key, "Content-Length") == 0) {
+			if (++lengths > 1)
+				return "more than one Content-Length header";
+			if (!digits_only(kv->value))
+				return "Content-Length is not a plain decimal number";
+		} else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
+			/* "xchunked", "gzip, chunked": evhttp reads no body */
+			if (++codings > 1 || strcasecmp(kv->value, "chunked") != 0)
+				return "Transfer-Encoding other than one plain chunked";
+			/* RFC 9112 §6.1: framing to treat as faulty (a proxy may ignore it) */
+			if (req->major == 1 && req->minor == 0)
+				return "Transfer-Encoding on an HTTP/1.0 request";
+		}
+	}
+	return NULL;
+}
+
+/*
+ * A header evhttp reads otherwise than a proxy may: "Content-Length : 5" is
+ * no Content-Length to evhttp (RFC 9112 §5.1 says refuse it), and a control
+ * byte (a NUL arrives as 0x01, see nul_to_soh) would be cut or passed on.
+ */
+static const char *invalid_header(struct evhttp_request *req)
+{
+	struct evkeyval *kv;
+
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next) {
+		if (strpbrk(kv->key, " \t"))
+			return "a header name holds white space";
+		if (has_control_byte(kv->key) || has_control_byte(kv->value))
+			return "a header holds a control byte";
+	}
+	return NULL;
+}
+
+/*
+ * Refuses what must not reach a handler, before anything is done. Answers
+ * 400 and closes the connection, whose remaining bytes cannot be trusted.
+ * Returns true when it answered.
  */
 static bool refuse_bad_framing(struct evhttp_request *req)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-	struct evkeyval *kv;
-	int lengths = 0;
-	bool chunked = false;
-	const char *code = NULL, *why = NULL;
+	const char *code = "ambiguous_framing", *why = ambiguous_framing(req);
 
-	TAILQ_FOREACH(kv, in, next) {
-		if (strcasecmp(kv->key, "Content-Length") == 0)
-			lengths++;
-		else if (strcasecmp(kv->key, "Transfer-Encoding") == 0)
-			chunked = true;
-		if (!code && (has_control_byte(kv->key) || has_control_byte(kv->value))) {
-			code = "invalid_header";
-			why = "a header holds a control byte";
-		}
+	if (!why) {
+		code = "invalid_header";
+		why = invalid_header(req);
 	}
-	if (lengths > 1) {
-		code = "ambiguous_framing";
-		why = "more than one Content-Length header";
-	} else if (lengths == 1 && chunked) {
-		code = "ambiguous_framing";
-		why = "Content-Length together with Transfer-Encoding";
-	}
-	if (!code)
+	if (!why)
 		return false;
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	httpd_error(req, 400, code, "%s", why);
