@@ -310,10 +310,14 @@ START_TEST(entry_idempotency_sequential)
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
 				    NULL),
 			 1);
-	/* the quoted form of the draft standard names the same key */
-	ck_assert_int_eq(env_post_order(&env, "\"order-42\"", body, &d), 201);
+	/* byte for byte (SPEC §6): with its quotes it is another key, whose
+	 * first use makes a new saga, with whatever body */
+	ck_assert_int_eq(env_post_order(&env, "\"order-42\"", other, &d), 201);
 	od = parse_body(&d);
-	ck_assert_str_eq(jstr(od, "sagaId"), jstr(oa, "sagaId"));
+	ck_assert_str_ne(jstr(od, "sagaId"), jstr(oa, "sagaId"));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 2);
 	json_object_put(od);
 	http_resp_free(&d);
 	json_object_put(oa);
@@ -322,6 +326,49 @@ START_TEST(entry_idempotency_sequential)
 	http_resp_free(&a);
 	http_resp_free(&b);
 	http_resp_free(&c);
+}
+END_TEST
+
+/*
+ * SPEC §6: a key is 1-255 visible ASCII characters, '"' included, counted
+ * as sent; two Idempotency-Key lines mean "k1, k2" in HTTP, which is no key
+ * the client meant, even when both lines are equal.
+ */
+START_TEST(idempotency_key_as_sent)
+{
+	const char *body = "{\"customerId\":\"c-k\",\"itemId\":\"A001\",\"qty\":1,\"amount\":50}";
+	static const char *const twice[][3] = {
+		{ "Idempotency-Key: k1", "Idempotency-Key: k2", NULL },
+		{ "Idempotency-Key: k1", "idempotency-key: k1", NULL },
+	};
+	char key[300];
+	struct http_resp r;
+
+	env_start_all(&env);
+	seed_stock("A001", 5);
+	ck_assert_int_eq(env_post_order(&env, "\"\"", body, &r), 201);
+	http_resp_free(&r);
+	ck_assert_int_eq(env_post_order(&env, "\"a\"b\"", body, &r), 201);
+	http_resp_free(&r);
+	/* 255 characters between quotes: 257 */
+	memset(key, 'k', sizeof(key));
+	key[0] = '"';
+	key[256] = '"';
+	key[257] = '\0';
+	ck_assert_int_eq(env_post_order(&env, key, body, &r), 400);
+	ck_assert_ptr_nonnull(strstr(r.body, "\"idempotency_key_invalid\""));
+	http_resp_free(&r);
+	for (size_t i = 0; i < sizeof(twice) / sizeof(twice[0]); i++) {
+		ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", twice[i], body,
+					 (size_t)-1, &r),
+				 0);
+		ck_assert_int_eq(r.status, 400);
+		ck_assert_ptr_nonnull(strstr(r.body, "\"idempotency_key_invalid\""));
+		http_resp_free(&r);
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 2);
 }
 END_TEST
 
@@ -1916,6 +1963,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(saga, deadline_backlog_drains);
 	tcase_add_test(idem, entry_idempotency_sequential);
 	tcase_add_test(idem, entry_idempotency_concurrent);
+	tcase_add_test(idem, idempotency_key_as_sent);
 	tcase_add_test(idem, receiver_idempotency);
 	tcase_add_test(idem, duplicate_and_out_of_order_events);
 	tcase_add_test(idem, conflicting_events_one_transition);

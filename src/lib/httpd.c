@@ -186,25 +186,27 @@ bool httpd_trace_id(const char *tp, char out[33])
 	return true;
 }
 
+int httpd_header_count(struct evhttp_request *req, const char *name)
+{
+	struct evkeyval *kv;
+	int n = 0;
+
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
+		if (strcasecmp(kv->key, name) == 0)
+			n++;
+	return n;
+}
+
 bool httpd_idempotency_key(const char *h, char *out, size_t outlen)
 {
 	size_t n = strlen(h);
-	bool quoted = n >= 2 && h[0] == '"' && h[n - 1] == '"';
 
-	if (quoted) {
-		h++;
-		n -= 2;
-	}
 	if (n < 1 || n > 255 || n >= outlen)
 		return false;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)h[i];
-
-		if (c < 0x21 || c > 0x7e || (quoted && (c == '"' || c == '\\')))
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)h[i] < 0x21 || (unsigned char)h[i] > 0x7e)
 			return false;
-	}
-	memcpy(out, h, n);
-	out[n] = '\0';
+	memcpy(out, h, n + 1);
 	return true;
 }
 

@@ -94,8 +94,10 @@ void httpd_unavailable(struct evhttp_request *req);
  */
 const char *httpd_body(struct evhttp_request *req, size_t *len);
 
-/* A request header, or NULL. */
+/* A request header (the first, when repeated), or NULL. */
 const char *httpd_header(struct evhttp_request *req, const char *name);
+/* How many times the request carries header name (any case). */
+int httpd_header_count(struct evhttp_request *req, const char *name);
 
 /* The value of query parameter name in the request's URI (decoded, malloc'd: the
  * caller frees), or NULL when absent. *bad is set (and NULL returned) when the
@@ -113,9 +115,9 @@ void httpd_peer_addr(struct evhttp_request *req, char *out, size_t outlen);
 bool httpd_trace_id(const char *tp, char out[33]);
 
 /*
- * An Idempotency-Key header value: 1-255 visible ASCII characters, bare or
- * as the quoted string of the IETF draft ("abc" names the key abc). Writes
- * the key into out (outlen >= 256) and returns true when valid.
+ * An Idempotency-Key header value: 1-255 visible ASCII characters, taken
+ * byte for byte (SPEC §6: "abc" with its quotes is another key than abc).
+ * Copies it into out (outlen >= 256) and returns true when valid.
  */
 bool httpd_idempotency_key(const char *h, char *out, size_t outlen);
 
