@@ -1684,6 +1684,68 @@ START_TEST(control_bytes_in_headers_refused)
 END_TEST
 
 /*
+ * RFC 9110: a 405 lists the path's methods in Allow and the message names
+ * the method; HEAD is served wherever GET is, with GET's headers and no
+ * body; a CONNECT is answered and its connection closed (evhttp would keep
+ * it open for a tunnel, and the client wait); a 401 names its scheme; 422
+ * has its own reason phrase.
+ */
+START_TEST(methods_answered_as_rfc_9110)
+{
+	static const struct {
+		const char *req;
+		int status;
+		const char *want[2]; /* in the answer's text */
+	} cases[] = {
+		{ "PUT /orders HTTP/1.1", 405, { "\r\nAllow: POST\r\n", "method PUT not allowed" } },
+		{ "DELETE /orders/00000000-0000-0000-0000-000000000000 HTTP/1.1", 405,
+		  { "\r\nAllow: GET, HEAD\r\n", "method DELETE not allowed" } },
+		{ "OPTIONS /healthz HTTP/1.1", 405,
+		  { "\r\nAllow: GET, HEAD\r\n", "method OPTIONS not allowed" } },
+		{ "HEAD /healthz HTTP/1.1", 200, { "\r\nContent-Length: 18\r\n", NULL } },
+		{ "HEAD /orders/00000000-0000-0000-0000-000000000000 HTTP/1.1", 404,
+		  { "\r\nContent-Length: ", NULL } },
+		{ "CONNECT /orders HTTP/1.1", 404, { "\r\nContent-Length: ", "\"not_found\"" } },
+		{ "POST /events/PaymentFailed HTTP/1.1", 401,
+		  { "\r\nWWW-Authenticate: Bearer\r\n", NULL } },
+	};
+	const char *order = "{\"customerId\":\"c-m\",\"itemId\":\"A001\",\"qty\":1,\"amount\":1}";
+	const char *other = "{\"customerId\":\"c-m\",\"itemId\":\"A001\",\"qty\":2,\"amount\":1}";
+	char req[512];
+	int status;
+	char *text;
+	struct http_resp r;
+
+	env_start_all(&env);
+	seed_stock("A001", 5);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(req, sizeof(req), "%s\r\nHost: x\r\nConnection: close\r\n\r\n",
+			 cases[i].req);
+		ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &text), 1);
+		ck_assert_msg(status == cases[i].status, "%s: %s", cases[i].req, text);
+		for (int j = 0; j < 2; j++)
+			ck_assert_msg(!cases[i].want[j] || strstr(text, cases[i].want[j]),
+				      "%s: %s", cases[i].req, text);
+		/* a HEAD's answer ends with its headers */
+		if (strncmp(cases[i].req, "HEAD ", 5) == 0)
+			ck_assert_msg(strcmp(strstr(text, "\r\n\r\n"), "\r\n\r\n") == 0,
+				      "%s: a body: %s", cases[i].req, text);
+		free(text);
+	}
+	/* the key again with another body */
+	ck_assert_int_eq(env_post_order(&env, "m-1", order, &r), 201);
+	http_resp_free(&r);
+	snprintf(req, sizeof(req),
+		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: m-1\r\n"
+		 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(other), other);
+	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &text), 1);
+	ck_assert_msg(strncmp(text, "HTTP/1.1 422 Unprocessable Content\r\n", 36) == 0, "%s", text);
+	free(text);
+}
+END_TEST
+
+/*
  * SPEC §6: a well-formed number that does not fit is invalid_field naming
  * the field, however many digits it has, at the entry and on the internal
  * endpoints alike.
@@ -1983,6 +2045,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(edges, operator_accounts_and_stock_by_psql);
 	tcase_add_test(edges, ambiguous_framing_refused);
 	tcase_add_test(edges, control_bytes_in_headers_refused);
+	tcase_add_test(edges, methods_answered_as_rfc_9110);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
 	tcase_add_test(edges, peer_names_resolved_without_blocking);
 	tcase_add_test(edges, retention_purges_what_is_done);

@@ -85,18 +85,74 @@ static const char *date_header(void)
 	return text;
 }
 
+/* evhttp knows no phrase for these and would send "Client Error". */
+static const char *reason_phrase(int status)
+{
+	switch (status) {
+	case 422:
+		return "Unprocessable Content";
+	case 429:
+		return "Too Many Requests";
+	default:
+		return NULL; /* evhttp's own */
+	}
+}
+
+/* After the answer to a CONNECT is out: see bodiless. */
+static void shut_after_connect(struct evhttp_request *req, void *arg)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+
+	(void)arg;
+	/* the client reads the end, and evhttp reads EOF and frees the connection */
+	if (bev && bufferevent_getfd(bev) >= 0)
+		shutdown(bufferevent_getfd(bev), SHUT_RDWR);
+}
+
+/*
+ * evhttp neither counts nor frames the answer to a HEAD or a CONNECT (it
+ * expects no body), but writes whatever body it is given: a HEAD gets the
+ * Content-Length of the GET it stands for and no body. A CONNECT gets its
+ * error body with a Content-Length, and the connection is closed after it:
+ * evhttp keeps a CONNECT's connection open for a tunnel, so a client that
+ * waits for the end would wait for the 60 s timeout.
+ */
+static struct evbuffer *bodiless(struct evhttp_request *req, int status, struct evbuffer *body)
+{
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	size_t len = body ? evbuffer_get_length(body) : 0;
+	char n[24];
+
+	if (status == 204 || status == 304)
+		return body;
+	snprintf(n, sizeof(n), "%zu", len);
+	evhttp_add_header(out, "Content-Length", n);
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_CONNECT) {
+		evhttp_add_header(out, "Connection", "close");
+		evhttp_request_set_on_complete_cb(req, shut_after_connect, NULL);
+		return body;
+	}
+	if (body)
+		evbuffer_drain(body, len);
+	return NULL;
+}
+
 void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *body)
 {
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 	/* NULL when the client has gone: evhttp then frees req in send_reply */
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 
 	count_reply(req, status);
 	if (!evhttp_find_header(out, "Content-Type"))
 		evhttp_add_header(out, "Content-Type", "application/json");
 	if (!evhttp_find_header(out, "Date"))
 		evhttp_add_header(out, "Date", date_header());
-	evhttp_send_reply(req, status, NULL, body);
+	if (cmd == EVHTTP_REQ_HEAD || cmd == EVHTTP_REQ_CONNECT)
+		body = bodiless(req, status, body);
+	evhttp_send_reply(req, status, reason_phrase(status), body);
 	in_flight--;
 	if (evcon && !in_dispatch)
 		httpio_write_now(evcon); /* evcon may be gone after this */
@@ -239,6 +295,18 @@ static const char *method_name(enum evhttp_cmd_type t)
 		return "POST";
 	case EVHTTP_REQ_HEAD:
 		return "HEAD";
+	case EVHTTP_REQ_PUT:
+		return "PUT";
+	case EVHTTP_REQ_DELETE:
+		return "DELETE";
+	case EVHTTP_REQ_PATCH:
+		return "PATCH";
+	case EVHTTP_REQ_OPTIONS:
+		return "OPTIONS";
+	case EVHTTP_REQ_TRACE:
+		return "TRACE";
+	case EVHTTP_REQ_CONNECT:
+		return "CONNECT";
 	default:
 		return "OTHER";
 	}
@@ -341,6 +409,48 @@ static bool path_matches(const struct httpd_route *r, const char *path, const ch
 	return strcmp(path, r->path) == 0;
 }
 
+/*
+ * The route for method on path (HEAD is served wherever GET is), or NULL;
+ * *path_known tells whether any route serves path.
+ */
+static const struct httpd_route *find_route(const struct httpd *h, const char *path,
+					    const char *method, const char **tail,
+					    bool *path_known)
+{
+	if (strcmp(method, "HEAD") == 0)
+		method = "GET";
+	*path_known = false;
+	for (size_t i = 0; i < h->nroutes; i++) {
+		const struct httpd_route *r = &h->routes[i];
+
+		if (r->admin != HTTPD_ADMIN_NONE && !h->gate)
+			continue; /* admin off: the route does not exist */
+		if (!path_matches(r, path, tail))
+			continue;
+		*path_known = true;
+		if (strcmp(r->method, method) == 0)
+			return r;
+	}
+	return NULL;
+}
+
+/* A 405 names the methods path has (RFC 9110 §15.5.6), from the route table. */
+static void method_not_allowed(struct evhttp_request *req, const struct httpd *h,
+			       const char *path, const char *method)
+{
+	static const char *const methods[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH" };
+	char allow[64] = "";
+	const char *tail;
+	bool known;
+
+	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+		if (find_route(h, path, methods[i], &tail, &known))
+			snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+				 *allow ? ", " : "", methods[i]);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+	httpd_error(req, 405, "method_not_allowed", "method %s not allowed here", method);
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct httpd *h = arg;
@@ -348,7 +458,8 @@ static void route(struct evhttp_request *req, void *arg)
 	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
 	const char *method = method_name(evhttp_request_get_command(req));
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-	bool path_known = false;
+	const struct httpd_route *r;
+	bool path_known;
 	const char *tail;
 
 	in_flight++;
@@ -356,32 +467,23 @@ static void route(struct evhttp_request *req, void *arg)
 		return;
 	if (!path || !*path)
 		path = "/";
-	for (size_t i = 0; i < h->nroutes; i++) {
-		const struct httpd_route *r = &h->routes[i];
-
-		if (r->admin != HTTPD_ADMIN_NONE && !h->gate)
-			continue; /* admin off: the route does not exist */
-		if (!path_matches(r, path, &tail))
-			continue;
-		path_known = true;
-		if (strcmp(r->method, method) != 0)
-			continue;
-		evhttp_add_header(out, "X-Route", r->name);
-		if (r->internal && !authorized(req, h->token)) {
-			httpd_error(req, 401, "unauthorized", "missing or wrong bearer token");
-			return;
-		}
-		if (r->admin != HTTPD_ADMIN_NONE &&
-		    !h->gate(req, h->gate_arg, r->admin == HTTPD_ADMIN_AUTH))
-			return;
-		r->fn(req, h->svc, tail);
+	r = find_route(h, path, method, &tail, &path_known);
+	if (!r) {
+		if (path_known)
+			method_not_allowed(req, h, path, method);
+		else
+			httpd_error(req, 404, "not_found", "no such endpoint");
 		return;
 	}
-	if (path_known) {
-		httpd_error(req, 405, "method_not_allowed", "method %s not allowed here", method);
+	evhttp_add_header(out, "X-Route", r->name);
+	if (r->internal && !authorized(req, h->token)) {
+		evhttp_add_header(out, "WWW-Authenticate", "Bearer");
+		httpd_error(req, 401, "unauthorized", "missing or wrong bearer token");
 		return;
 	}
-	httpd_error(req, 404, "not_found", "no such endpoint");
+	if (r->admin != HTTPD_ADMIN_NONE && !h->gate(req, h->gate_arg, r->admin == HTTPD_ADMIN_AUTH))
+		return;
+	r->fn(req, h->svc, tail);
 }
 
 static void dispatch(struct evhttp_request *req, void *arg)

@@ -72,7 +72,10 @@ int httpd_in_flight(const struct httpd *h);
 /* The port actually bound (useful with port 0). */
 int httpd_port(const struct httpd *h);
 
-/* Answers with a JSON body (copied) and the given status. */
+/*
+ * Answers with a JSON body (copied) and the given status. A HEAD gets the
+ * headers of the GET it stands for, Content-Length included, and no body.
+ */
 void httpd_reply(struct evhttp_request *req, int status, const char *json);
 /* Same, draining body (an evbuffer the caller keeps and frees). */
 void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *body);
