@@ -1746,6 +1746,39 @@ START_TEST(methods_answered_as_rfc_9110)
 END_TEST
 
 /*
+ * A %00 in a query value decodes to a NUL, which cut the value short
+ * unseen: "c-1%00zzz" filtered on c-1, "%00" on nothing. It is a 400 like
+ * any undecodable value.
+ */
+START_TEST(nul_in_query_value_refused)
+{
+	static const char *const paths[] = {
+		"/admin/api/sagas?customerId=%00",
+		"/admin/api/sagas?customerId=c-n%00zzz",
+		"/admin/api/sagas?limit=5&state=Completed%00x",
+	};
+	const char *const admin[] = { "ADMIN_TOKEN=atok-i-0123456789abcdef", NULL };
+	const char *const bearer[] = { "Authorization: Bearer atok-i-0123456789abcdef", NULL };
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, admin);
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", paths[i], bearer, NULL, 0, &r),
+				 0);
+		ck_assert_msg(r.status == 400 && strstr(r.body, "\"invalid_field\""), "%s: %d %s",
+			      paths[i], r.status, r.body);
+		http_resp_free(&r);
+	}
+	/* "%2500" is the text "%00", no NUL */
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", "/admin/api/sagas?customerId=%2500",
+				 bearer, NULL, 0, &r),
+			 0);
+	ck_assert_int_eq(r.status, 200);
+	http_resp_free(&r);
+}
+END_TEST
+
+/*
  * SPEC §6: a well-formed number that does not fit is invalid_field naming
  * the field, however many digits it has, at the entry and on the internal
  * endpoints alike.
@@ -2046,6 +2079,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(edges, ambiguous_framing_refused);
 	tcase_add_test(edges, control_bytes_in_headers_refused);
 	tcase_add_test(edges, methods_answered_as_rfc_9110);
+	tcase_add_test(edges, nul_in_query_value_refused);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
 	tcase_add_test(edges, peer_names_resolved_without_blocking);
 	tcase_add_test(edges, retention_purges_what_is_done);

@@ -587,6 +587,26 @@ void httpd_set_admin_gate(struct httpd *h, httpd_admin_gate gate, void *arg)
 	h->gate_arg = arg;
 }
 
+/*
+ * Whether name's raw value in query q holds "%00": evhttp decodes it into a
+ * C string, so the value would end there unseen ("c-1%00zzz" as "c-1").
+ * Names are compared as evhttp_find_header does (raw, any case).
+ */
+static bool encoded_nul(const char *q, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = q;; p++) {
+		const char *end = strchrnul(p, '&'), *nul = strstr(p, "%00");
+
+		if (strncasecmp(p, name, n) == 0 && p[n] == '=' && nul && nul < end)
+			return true;
+		if (!*end)
+			return false;
+		p = end;
+	}
+}
+
 char *httpd_query(struct evhttp_request *req, const char *name, bool *bad)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -608,6 +628,8 @@ char *httpd_query(struct evhttp_request *req, const char *name, bool *bad)
 	for (struct evkeyval *e = TAILQ_FIRST(&kv); e; e = TAILQ_NEXT(e, next))
 		if (e->value != v && strcmp(e->key, name) == 0)
 			*bad = true; /* twice: which one was meant? */
+	if (v && encoded_nul(q, name))
+		*bad = true;
 	if (v && !*bad) {
 		out = strdup(v);
 		if (!out)

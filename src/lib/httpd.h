@@ -104,7 +104,8 @@ int httpd_header_count(struct evhttp_request *req, const char *name);
 
 /* The value of query parameter name in the request's URI (decoded, malloc'd: the
  * caller frees), or NULL when absent. *bad is set (and NULL returned) when the
- * query cannot be parsed or names the parameter more than once. */
+ * query cannot be parsed, holds an encoded NUL (%00) anywhere, or names the
+ * parameter more than once. */
 char *httpd_query(struct evhttp_request *req, const char *name, bool *bad);
 
 /* The client's address as text ("" when unknown). */
