@@ -39,7 +39,7 @@ enum httpd_admin {
 };
 
 struct httpd_route {
-	const char *method; /* "GET", "POST" */
+	const char *method; /* "GET" (which serves HEAD too), "POST" */
 	const char *path;   /* exact path, or a prefix when it ends with '/' */
 	bool internal;      /* needs Authorization: Bearer $INTERNAL_TOKEN */
 	httpd_fn fn;
