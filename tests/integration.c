@@ -310,10 +310,14 @@ START_TEST(entry_idempotency_sequential)
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
 				    NULL),
 			 1);
-	/* the quoted form of the draft standard names the same key */
-	ck_assert_int_eq(env_post_order(&env, "\"order-42\"", body, &d), 201);
+	/* byte for byte (SPEC §6): with its quotes it is another key, whose
+	 * first use makes a new saga, with whatever body */
+	ck_assert_int_eq(env_post_order(&env, "\"order-42\"", other, &d), 201);
 	od = parse_body(&d);
-	ck_assert_str_eq(jstr(od, "sagaId"), jstr(oa, "sagaId"));
+	ck_assert_str_ne(jstr(od, "sagaId"), jstr(oa, "sagaId"));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 2);
 	json_object_put(od);
 	http_resp_free(&d);
 	json_object_put(oa);
@@ -322,6 +326,49 @@ START_TEST(entry_idempotency_sequential)
 	http_resp_free(&a);
 	http_resp_free(&b);
 	http_resp_free(&c);
+}
+END_TEST
+
+/*
+ * SPEC §6: a key is 1-255 visible ASCII characters, '"' included, counted
+ * as sent; two Idempotency-Key lines mean "k1, k2" in HTTP, which is no key
+ * the client meant, even when both lines are equal.
+ */
+START_TEST(idempotency_key_as_sent)
+{
+	const char *body = "{\"customerId\":\"c-k\",\"itemId\":\"A001\",\"qty\":1,\"amount\":50}";
+	static const char *const twice[][3] = {
+		{ "Idempotency-Key: k1", "Idempotency-Key: k2", NULL },
+		{ "Idempotency-Key: k1", "idempotency-key: k1", NULL },
+	};
+	char key[300];
+	struct http_resp r;
+
+	env_start_all(&env);
+	seed_stock("A001", 5);
+	ck_assert_int_eq(env_post_order(&env, "\"\"", body, &r), 201);
+	http_resp_free(&r);
+	ck_assert_int_eq(env_post_order(&env, "\"a\"b\"", body, &r), 201);
+	http_resp_free(&r);
+	/* 255 characters between quotes: 257 */
+	memset(key, 'k', sizeof(key));
+	key[0] = '"';
+	key[256] = '"';
+	key[257] = '\0';
+	ck_assert_int_eq(env_post_order(&env, key, body, &r), 400);
+	ck_assert_ptr_nonnull(strstr(r.body, "\"idempotency_key_invalid\""));
+	http_resp_free(&r);
+	for (size_t i = 0; i < sizeof(twice) / sizeof(twice[0]); i++) {
+		ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/orders", twice[i], body,
+					 (size_t)-1, &r),
+				 0);
+		ck_assert_int_eq(r.status, 400);
+		ck_assert_ptr_nonnull(strstr(r.body, "\"idempotency_key_invalid\""));
+		http_resp_free(&r);
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 2);
 }
 END_TEST
 
@@ -1512,9 +1559,10 @@ END_TEST
 /*
  * Sends raw bytes on one connection and reads until the server closes it
  * (or 10 s pass). Returns how many responses came back; the first one's
- * status and body are in first (caller frees first->body).
+ * status is in *status, and all the server sent, status lines and headers
+ * included, in *text (caller frees).
  */
-static int raw_exchange(const char *bytes, size_t len, int *status, char **body)
+static int raw_exchange(const char *bytes, size_t len, int *status, char **text)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_port = htons((uint16_t)env.port[SVC_ORCH]) };
@@ -1541,72 +1589,116 @@ static int raw_exchange(const char *bytes, size_t len, int *status, char **body)
 	close(fd);
 	ck_assert_msg(closed, "the connection was kept open after: %.*s", (int)len, bytes);
 	*status = 0;
-	if (got > 12 && strncmp(buf, "HTTP/1.1 ", 9) == 0)
+	if (got > 12 && strncmp(buf, "HTTP/1.", 7) == 0)
 		*status = atoi(buf + 9);
-	for (char *p = buf; (p = strstr(p, "HTTP/1.1 ")) != NULL; p++)
-		n++;
-	char *b = strstr(buf, "\r\n\r\n");
-	*body = strdup(b ? b + 4 : "");
-	free(buf);
+	for (char *p = buf; (p = strstr(p, "HTTP/1.")) != NULL; p++) {
+		int code = 0, end = 0;
+
+		/* a status line, not the words in a message */
+		if (sscanf(p, "HTTP/1.%*1[01] %3d %n", &code, &end) == 1 && end == 13)
+			n++;
+	}
+	*text = buf;
 	return n;
 }
 
 /*
  * SPEC §6: framing a proxy could read another way is refused with 400 and
- * the connection closed, so the bytes after it (here a request pipelined
- * behind it) are never taken for a request.
+ * the connection closed. Each front request carries a POST /orders as its
+ * body: a proxy that frames it one way sees one request, while a server
+ * that reads no body (an unknown Transfer-Encoding, "Content-Length :")
+ * would run the POST as the next request (request smuggling).
  */
 START_TEST(ambiguous_framing_refused)
 {
 	static const char order[] =
 		"{\"customerId\":\"c-fr\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}";
 	static const struct {
-		const char *framing;  /* the headers that say where the body ends */
+		const char *front;    /* request line and the headers that say where the body ends */
 		bool chunked;         /* the body sent as one chunk */
 		const char *code;     /* in the answer; NULL: evhttp's own bare 400 */
 	} cases[] = {
-		{ "Content-Length: 58\r\nContent-Length: 58\r\n", false, "\"ambiguous_framing\"" },
-		{ "Content-Length: 58\r\nContent-Length: 058\r\n", false, "\"ambiguous_framing\"" },
-		{ "Content-Length: 58\r\ncontent-length: 7\r\n", false, "\"ambiguous_framing\"" },
-		/* a Transfer-Encoding evhttp does not know */
-		{ "Content-Length: 58\r\nTransfer-Encoding: identity\r\n", false, NULL },
-		/* chunked with a Content-Length (evhttp reads the chunks) */
-		{ "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n", true, NULL },
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\nContent-Length: 58\r\n", false,
+		  "\"ambiguous_framing\"" },
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\nContent-Length: 058\r\n", false,
+		  "\"ambiguous_framing\"" },
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\ncontent-length: 7\r\n", false,
+		  "\"ambiguous_framing\"" },
+		/* evhttp refuses a Transfer-Encoding with a Content-Length itself */
+		{ "POST /orders HTTP/1.1\r\nContent-Length: 58\r\nTransfer-Encoding: identity\r\n",
+		  false, NULL },
+		{ "POST /orders HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n", true,
+		  NULL },
+		/* Transfer-Encodings evhttp does not take for chunked read no body */
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: xchunked\r\n", false,
+		  "\"ambiguous_framing\"" },
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: identity\r\n", false,
+		  "\"ambiguous_framing\"" },
+		/* evhttp reads chunks; a proxy may refuse gzip or decode it */
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n", true,
+		  "\"ambiguous_framing\"" },
+		/* two of them: evhttp's own 400 */
+		{ "GET /healthz HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+		  "Transfer-Encoding: chunked\r\n", true, NULL },
+		/* a proxy may ignore Transfer-Encoding in HTTP/1.0 */
+		{ "GET /healthz HTTP/1.0\r\nTransfer-Encoding: chunked\r\n", true,
+		  "\"ambiguous_framing\"" },
+		/* no Content-Length to evhttp, one to a lenient proxy */
+		{ "GET /healthz HTTP/1.1\r\nContent-Length : 142\r\n", false, "\"invalid_header\"" },
+		/* not 1*DIGIT: evhttp's strtoll takes it, a proxy may not */
+		{ "GET /healthz HTTP/1.1\r\nContent-Length: +142\r\n", false,
+		  "\"ambiguous_framing\"" },
 	};
-	char req[1024], body_sent[128];
+	char req[1024], smuggled[256], body_sent[300];
 	int status;
-	char *body;
+	char *text;
 
 	ck_assert_int_eq(strlen(order), 58);
 	env_start_all(&env);
+	seed_stock("A001", 5);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(smuggled, sizeof(smuggled),
+			 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: smuggled-%02zu\r\n"
+			 "Content-Length: 58\r\n\r\n%s",
+			 i, order);
+		ck_assert_int_eq(strlen(smuggled), 142);
 		if (cases[i].chunked)
 			snprintf(body_sent, sizeof(body_sent), "%zx\r\n%s\r\n0\r\n\r\n",
-				 strlen(order), order);
+				 strlen(smuggled), smuggled);
 		else
-			snprintf(body_sent, sizeof(body_sent), "%s", order);
-		snprintf(req, sizeof(req),
-			 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-%zu\r\n%s\r\n%s"
-			 "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",
-			 i, cases[i].framing, body_sent);
-		ck_assert_msg(raw_exchange(req, strlen(req), &status, &body) == 1,
-			      "framing %zu: the pipelined request was answered", i);
-		ck_assert_msg(status == 400, "framing %zu: status %d", i, status);
-		ck_assert_msg(!cases[i].code || strstr(body, cases[i].code) != NULL,
-			      "framing %zu: %s", i, body);
-		free(body);
+			snprintf(body_sent, sizeof(body_sent), "%s", smuggled);
+		snprintf(req, sizeof(req), "%sHost: x\r\nIdempotency-Key: front-%zu\r\n\r\n%s",
+			 cases[i].front, i, body_sent);
+		ck_assert_msg(raw_exchange(req, strlen(req), &status, &text) == 1,
+			      "framing %zu: more than one answer: %s", i, text);
+		ck_assert_msg(status == 400, "framing %zu: %s", i, text);
+		ck_assert_msg(strstr(text, "\r\nConnection: close\r\n") != NULL, "framing %zu: %s", i,
+			      text);
+		ck_assert_msg(!cases[i].code || strstr(text, cases[i].code) != NULL,
+			      "framing %zu: %s", i, text);
+		free(text);
 	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 0);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.idempotency_records",
-				    0, NULL), 0);
-	/* one Content-Length alone is fine, and the connection lives on */
+				    0, NULL),
+			 0);
+	/* one Content-Length alone is fine, so is chunked in any case, and the
+	 * connection lives on */
 	snprintf(req, sizeof(req),
 		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-ok\r\n"
-		 "Content-Length: %zu\r\n\r\n%sGET /healthz HTTP/1.1\r\nHost: x\r\n"
-		 "Connection: close\r\n\r\n",
-		 strlen(order), order);
-	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &body), 2);
+		 "Content-Length: %zu\r\n\r\n%s"
+		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: frame-ok-2\r\n"
+		 "Transfer-Encoding:  Chunked \r\n\r\n%zx\r\n%s\r\n0\r\n\r\n"
+		 "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+		 strlen(order), order, strlen(order), order);
+	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &text), 3);
 	ck_assert_int_eq(status, 201);
-	free(body);
+	free(text);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL),
+			 2);
 }
 END_TEST
 
@@ -1645,6 +1737,101 @@ START_TEST(control_bytes_in_headers_refused)
 				    0, NULL), 0);
 	/* the key the NUL would have collapsed to is still a new key */
 	ck_assert_int_eq(env_post_order(&env, "ab", order, &r), 201);
+	http_resp_free(&r);
+}
+END_TEST
+
+/*
+ * RFC 9110: a 405 lists the path's methods in Allow and the message names
+ * the method; HEAD is served wherever GET is, with GET's headers and no
+ * body; a CONNECT is answered and its connection closed (evhttp would keep
+ * it open for a tunnel, and the client wait); a 401 names its scheme; 422
+ * has its own reason phrase.
+ */
+START_TEST(methods_answered_as_rfc_9110)
+{
+	static const struct {
+		const char *req;
+		int status;
+		const char *want[2]; /* in the answer's text */
+	} cases[] = {
+		{ "PUT /orders HTTP/1.1", 405, { "\r\nAllow: POST\r\n", "method PUT not allowed" } },
+		{ "DELETE /orders/00000000-0000-0000-0000-000000000000 HTTP/1.1", 405,
+		  { "\r\nAllow: GET, HEAD\r\n", "method DELETE not allowed" } },
+		{ "OPTIONS /healthz HTTP/1.1", 405,
+		  { "\r\nAllow: GET, HEAD\r\n", "method OPTIONS not allowed" } },
+		{ "HEAD /healthz HTTP/1.1", 200, { "\r\nContent-Length: 18\r\n", NULL } },
+		{ "HEAD /orders/00000000-0000-0000-0000-000000000000 HTTP/1.1", 404,
+		  { "\r\nContent-Length: ", NULL } },
+		{ "CONNECT /orders HTTP/1.1", 404, { "\r\nContent-Length: ", "\"not_found\"" } },
+		{ "POST /events/PaymentFailed HTTP/1.1", 401,
+		  { "\r\nWWW-Authenticate: Bearer\r\n", NULL } },
+	};
+	const char *order = "{\"customerId\":\"c-m\",\"itemId\":\"A001\",\"qty\":1,\"amount\":1}";
+	const char *other = "{\"customerId\":\"c-m\",\"itemId\":\"A001\",\"qty\":2,\"amount\":1}";
+	char req[512];
+	int status;
+	char *text;
+	struct http_resp r;
+
+	env_start_all(&env);
+	seed_stock("A001", 5);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(req, sizeof(req), "%s\r\nHost: x\r\nConnection: close\r\n\r\n",
+			 cases[i].req);
+		ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &text), 1);
+		ck_assert_msg(status == cases[i].status, "%s: %s", cases[i].req, text);
+		for (int j = 0; j < 2; j++)
+			ck_assert_msg(!cases[i].want[j] || strstr(text, cases[i].want[j]),
+				      "%s: %s", cases[i].req, text);
+		/* a HEAD's answer ends with its headers */
+		if (strncmp(cases[i].req, "HEAD ", 5) == 0)
+			ck_assert_msg(strcmp(strstr(text, "\r\n\r\n"), "\r\n\r\n") == 0,
+				      "%s: a body: %s", cases[i].req, text);
+		free(text);
+	}
+	/* the key again with another body */
+	ck_assert_int_eq(env_post_order(&env, "m-1", order, &r), 201);
+	http_resp_free(&r);
+	snprintf(req, sizeof(req),
+		 "POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: m-1\r\n"
+		 "Connection: close\r\nContent-Length: %zu\r\n\r\n%s",
+		 strlen(other), other);
+	ck_assert_int_eq(raw_exchange(req, strlen(req), &status, &text), 1);
+	ck_assert_msg(strncmp(text, "HTTP/1.1 422 Unprocessable Content\r\n", 36) == 0, "%s", text);
+	free(text);
+}
+END_TEST
+
+/*
+ * A %00 in a query value decodes to a NUL, which cut the value short
+ * unseen: "c-1%00zzz" filtered on c-1, "%00" on nothing. It is a 400 like
+ * any undecodable value.
+ */
+START_TEST(nul_in_query_value_refused)
+{
+	static const char *const paths[] = {
+		"/admin/api/sagas?customerId=%00",
+		"/admin/api/sagas?customerId=c-n%00zzz",
+		"/admin/api/sagas?limit=5&state=Completed%00x",
+	};
+	const char *const admin[] = { "ADMIN_TOKEN=atok-i-0123456789abcdef", NULL };
+	const char *const bearer[] = { "Authorization: Bearer atok-i-0123456789abcdef", NULL };
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, admin);
+	for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+		ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", paths[i], bearer, NULL, 0, &r),
+				 0);
+		ck_assert_msg(r.status == 400 && strstr(r.body, "\"invalid_field\""), "%s: %d %s",
+			      paths[i], r.status, r.body);
+		http_resp_free(&r);
+	}
+	/* "%2500" is the text "%00", no NUL */
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", "/admin/api/sagas?customerId=%2500",
+				 bearer, NULL, 0, &r),
+			 0);
+	ck_assert_int_eq(r.status, 200);
 	http_resp_free(&r);
 }
 END_TEST
@@ -1929,6 +2116,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(saga, deadline_backlog_drains);
 	tcase_add_test(idem, entry_idempotency_sequential);
 	tcase_add_test(idem, entry_idempotency_concurrent);
+	tcase_add_test(idem, idempotency_key_as_sent);
 	tcase_add_test(idem, receiver_idempotency);
 	tcase_add_test(idem, duplicate_and_out_of_order_events);
 	tcase_add_test(idem, conflicting_events_one_transition);
@@ -1949,6 +2137,8 @@ static Suite *integration_suite(void)
 	tcase_add_test(edges, migrations_only_as_the_schema_owner);
 	tcase_add_test(edges, ambiguous_framing_refused);
 	tcase_add_test(edges, control_bytes_in_headers_refused);
+	tcase_add_test(edges, methods_answered_as_rfc_9110);
+	tcase_add_test(edges, nul_in_query_value_refused);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
 	tcase_add_test(edges, peer_names_resolved_without_blocking);
 	tcase_add_test(edges, retention_purges_what_is_done);

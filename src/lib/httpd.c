@@ -5,6 +5,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* the request's HTTP version */
 #include <event2/keyvalq_struct.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -84,18 +85,74 @@ static const char *date_header(void)
 	return text;
 }
 
+/* evhttp knows no phrase for these and would send "Client Error". */
+static const char *reason_phrase(int status)
+{
+	switch (status) {
+	case 422:
+		return "Unprocessable Content";
+	case 429:
+		return "Too Many Requests";
+	default:
+		return NULL; /* evhttp's own */
+	}
+}
+
+/* After the answer to a CONNECT is out: see bodiless. */
+static void shut_after_connect(struct evhttp_request *req, void *arg)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
+
+	(void)arg;
+	/* the client reads the end, and evhttp reads EOF and frees the connection */
+	if (bev && bufferevent_getfd(bev) >= 0)
+		shutdown(bufferevent_getfd(bev), SHUT_RDWR);
+}
+
+/*
+ * evhttp neither counts nor frames the answer to a HEAD or a CONNECT (it
+ * expects no body), but writes whatever body it is given: a HEAD gets the
+ * Content-Length of the GET it stands for and no body. A CONNECT gets its
+ * error body with a Content-Length, and the connection is closed after it:
+ * evhttp keeps a CONNECT's connection open for a tunnel, so a client that
+ * waits for the end would wait for the 60 s timeout.
+ */
+static struct evbuffer *bodiless(struct evhttp_request *req, int status, struct evbuffer *body)
+{
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	size_t len = body ? evbuffer_get_length(body) : 0;
+	char n[24];
+
+	if (status == 204 || status == 304)
+		return body;
+	snprintf(n, sizeof(n), "%zu", len);
+	evhttp_add_header(out, "Content-Length", n);
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_CONNECT) {
+		evhttp_add_header(out, "Connection", "close");
+		evhttp_request_set_on_complete_cb(req, shut_after_connect, NULL);
+		return body;
+	}
+	if (body)
+		evbuffer_drain(body, len);
+	return NULL;
+}
+
 void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *body)
 {
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
 	/* NULL when the client has gone: evhttp then frees req in send_reply */
 	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 
 	count_reply(req, status);
 	if (!evhttp_find_header(out, "Content-Type"))
 		evhttp_add_header(out, "Content-Type", "application/json");
 	if (!evhttp_find_header(out, "Date"))
 		evhttp_add_header(out, "Date", date_header());
-	evhttp_send_reply(req, status, NULL, body);
+	if (cmd == EVHTTP_REQ_HEAD || cmd == EVHTTP_REQ_CONNECT)
+		body = bodiless(req, status, body);
+	evhttp_send_reply(req, status, reason_phrase(status), body);
 	in_flight--;
 	if (evcon && !in_dispatch)
 		httpio_write_now(evcon); /* evcon may be gone after this */
@@ -185,25 +242,27 @@ bool httpd_trace_id(const char *tp, char out[33])
 	return true;
 }
 
+int httpd_header_count(struct evhttp_request *req, const char *name)
+{
+	struct evkeyval *kv;
+	int n = 0;
+
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
+		if (strcasecmp(kv->key, name) == 0)
+			n++;
+	return n;
+}
+
 bool httpd_idempotency_key(const char *h, char *out, size_t outlen)
 {
 	size_t n = strlen(h);
-	bool quoted = n >= 2 && h[0] == '"' && h[n - 1] == '"';
 
-	if (quoted) {
-		h++;
-		n -= 2;
-	}
 	if (n < 1 || n > 255 || n >= outlen)
 		return false;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)h[i];
-
-		if (c < 0x21 || c > 0x7e || (quoted && (c == '"' || c == '\\')))
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)h[i] < 0x21 || (unsigned char)h[i] > 0x7e)
 			return false;
-	}
-	memcpy(out, h, n);
-	out[n] = '\0';
+	memcpy(out, h, n + 1);
 	return true;
 }
 
@@ -236,6 +295,18 @@ static const char *method_name(enum evhttp_cmd_type t)
 		return "POST";
 	case EVHTTP_REQ_HEAD:
 		return "HEAD";
+	case EVHTTP_REQ_PUT:
+		return "PUT";
+	case EVHTTP_REQ_DELETE:
+		return "DELETE";
+	case EVHTTP_REQ_PATCH:
+		return "PATCH";
+	case EVHTTP_REQ_OPTIONS:
+		return "OPTIONS";
+	case EVHTTP_REQ_TRACE:
+		return "TRACE";
+	case EVHTTP_REQ_CONNECT:
+		return "CONNECT";
 	default:
 		return "OTHER";
 	}
@@ -249,40 +320,75 @@ static bool has_control_byte(const char *s)
 	return false;
 }
 
+/* 1*DIGIT (RFC 9110 §8.6); evhttp's strtoll would take "+56" as well. */
+static bool digits_only(const char *s)
+{
+	return *s && strspn(s, "0123456789") == strlen(s);
+}
+
 /*
- * Refuses what must not reach a handler, before anything is done: framing a
- * proxy could read differently from us (two Content-Length headers, or one
- * with Transfer-Encoding: request smuggling) and control bytes in a header
- * (a NUL arrives as 0x01, see nul_filter). Answers 400 and closes the
- * connection, whose remaining bytes cannot be trusted. Returns true when it
- * answered.
+ * When the router runs, evhttp has taken the body by its rules: chunked when
+ * Transfer-Encoding is exactly "chunked" (any case, spaces trimmed), else
+ * the Content-Length, else none; a Content-Length with a Transfer-Encoding
+ * it has refused itself. Here is what a proxy in front may have framed
+ * otherwise, so that what we took for the next request was this one's body
+ * (request smuggling). Returns why, or NULL.
+ */
+static const char *ambiguous_framing(struct evhttp_request *req)
+{
+	struct evkeyval *kv;
+	int lengths = 0, codings = 0;
+
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next) {
+		if (strcasecmp(kv->key, "Content-Length") == 0) {
+			if (++lengths > 1)
+				return "more than one Content-Length header";
+			if (!digits_only(kv->value))
+				return "Content-Length is not a plain decimal number";
+		} else if (strcasecmp(kv->key, "Transfer-Encoding") == 0) {
+			/* "xchunked", "gzip, chunked": evhttp reads no body */
+			if (++codings > 1 || strcasecmp(kv->value, "chunked") != 0)
+				return "Transfer-Encoding other than one plain chunked";
+			/* RFC 9112 §6.1: framing to treat as faulty (a proxy may ignore it) */
+			if (req->major == 1 && req->minor == 0)
+				return "Transfer-Encoding on an HTTP/1.0 request";
+		}
+	}
+	return NULL;
+}
+
+/*
+ * A header evhttp reads otherwise than a proxy may: "Content-Length : 5" is
+ * no Content-Length to evhttp (RFC 9112 §5.1 says refuse it), and a control
+ * byte (a NUL arrives as 0x01, see nul_to_soh) would be cut or passed on.
+ */
+static const char *invalid_header(struct evhttp_request *req)
+{
+	struct evkeyval *kv;
+
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next) {
+		if (strpbrk(kv->key, " \t"))
+			return "a header name holds white space";
+		if (has_control_byte(kv->key) || has_control_byte(kv->value))
+			return "a header holds a control byte";
+	}
+	return NULL;
+}
+
+/*
+ * Refuses what must not reach a handler, before anything is done. Answers
+ * 400 and closes the connection, whose remaining bytes cannot be trusted.
+ * Returns true when it answered.
  */
 static bool refuse_bad_framing(struct evhttp_request *req)
 {
-	struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-	struct evkeyval *kv;
-	int lengths = 0;
-	bool chunked = false;
-	const char *code = NULL, *why = NULL;
+	const char *code = "ambiguous_framing", *why = ambiguous_framing(req);
 
-	TAILQ_FOREACH(kv, in, next) {
-		if (strcasecmp(kv->key, "Content-Length") == 0)
-			lengths++;
-		else if (strcasecmp(kv->key, "Transfer-Encoding") == 0)
-			chunked = true;
-		if (!code && (has_control_byte(kv->key) || has_control_byte(kv->value))) {
-			code = "invalid_header";
-			why = "a header holds a control byte";
-		}
+	if (!why) {
+		code = "invalid_header";
+		why = invalid_header(req);
 	}
-	if (lengths > 1) {
-		code = "ambiguous_framing";
-		why = "more than one Content-Length header";
-	} else if (lengths == 1 && chunked) {
-		code = "ambiguous_framing";
-		why = "Content-Length together with Transfer-Encoding";
-	}
-	if (!code)
+	if (!why)
 		return false;
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	httpd_error(req, 400, code, "%s", why);
@@ -303,6 +409,48 @@ static bool path_matches(const struct httpd_route *r, const char *path, const ch
 	return strcmp(path, r->path) == 0;
 }
 
+/*
+ * The route for method on path (HEAD is served wherever GET is), or NULL;
+ * *path_known tells whether any route serves path.
+ */
+static const struct httpd_route *find_route(const struct httpd *h, const char *path,
+					    const char *method, const char **tail,
+					    bool *path_known)
+{
+	if (strcmp(method, "HEAD") == 0)
+		method = "GET";
+	*path_known = false;
+	for (size_t i = 0; i < h->nroutes; i++) {
+		const struct httpd_route *r = &h->routes[i];
+
+		if (r->admin != HTTPD_ADMIN_NONE && !h->gate)
+			continue; /* admin off: the route does not exist */
+		if (!path_matches(r, path, tail))
+			continue;
+		*path_known = true;
+		if (strcmp(r->method, method) == 0)
+			return r;
+	}
+	return NULL;
+}
+
+/* A 405 names the methods path has (RFC 9110 §15.5.6), from the route table. */
+static void method_not_allowed(struct evhttp_request *req, const struct httpd *h,
+			       const char *path, const char *method)
+{
+	static const char *const methods[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH" };
+	char allow[64] = "";
+	const char *tail;
+	bool known;
+
+	for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++)
+		if (find_route(h, path, methods[i], &tail, &known))
+			snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
+				 *allow ? ", " : "", methods[i]);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+	httpd_error(req, 405, "method_not_allowed", "method %s not allowed here", method);
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct httpd *h = arg;
@@ -310,7 +458,8 @@ static void route(struct evhttp_request *req, void *arg)
 	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
 	const char *method = method_name(evhttp_request_get_command(req));
 	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-	bool path_known = false;
+	const struct httpd_route *r;
+	bool path_known;
 	const char *tail;
 
 	in_flight++;
@@ -318,32 +467,23 @@ static void route(struct evhttp_request *req, void *arg)
 		return;
 	if (!path || !*path)
 		path = "/";
-	for (size_t i = 0; i < h->nroutes; i++) {
-		const struct httpd_route *r = &h->routes[i];
-
-		if (r->admin != HTTPD_ADMIN_NONE && !h->gate)
-			continue; /* admin off: the route does not exist */
-		if (!path_matches(r, path, &tail))
-			continue;
-		path_known = true;
-		if (strcmp(r->method, method) != 0)
-			continue;
-		evhttp_add_header(out, "X-Route", r->name);
-		if (r->internal && !authorized(req, h->token)) {
-			httpd_error(req, 401, "unauthorized", "missing or wrong bearer token");
-			return;
-		}
-		if (r->admin != HTTPD_ADMIN_NONE &&
-		    !h->gate(req, h->gate_arg, r->admin == HTTPD_ADMIN_AUTH))
-			return;
-		r->fn(req, h->svc, tail);
+	r = find_route(h, path, method, &tail, &path_known);
+	if (!r) {
+		if (path_known)
+			method_not_allowed(req, h, path, method);
+		else
+			httpd_error(req, 404, "not_found", "no such endpoint");
 		return;
 	}
-	if (path_known) {
-		httpd_error(req, 405, "method_not_allowed", "method %s not allowed here", method);
+	evhttp_add_header(out, "X-Route", r->name);
+	if (r->internal && !authorized(req, h->token)) {
+		evhttp_add_header(out, "WWW-Authenticate", "Bearer");
+		httpd_error(req, 401, "unauthorized", "missing or wrong bearer token");
 		return;
 	}
-	httpd_error(req, 404, "not_found", "no such endpoint");
+	if (r->admin != HTTPD_ADMIN_NONE && !h->gate(req, h->gate_arg, r->admin == HTTPD_ADMIN_AUTH))
+		return;
+	r->fn(req, h->svc, tail);
 }
 
 static void dispatch(struct evhttp_request *req, void *arg)
@@ -447,6 +587,26 @@ void httpd_set_admin_gate(struct httpd *h, httpd_admin_gate gate, void *arg)
 	h->gate_arg = arg;
 }
 
+/*
+ * Whether name's raw value in query q holds "%00": evhttp decodes it into a
+ * C string, so the value would end there unseen ("c-1%00zzz" as "c-1").
+ * Names are compared as evhttp_find_header does (raw, any case).
+ */
+static bool encoded_nul(const char *q, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = q;; p++) {
+		const char *end = strchrnul(p, '&'), *nul = strstr(p, "%00");
+
+		if (strncasecmp(p, name, n) == 0 && p[n] == '=' && nul && nul < end)
+			return true;
+		if (!*end)
+			return false;
+		p = end;
+	}
+}
+
 char *httpd_query(struct evhttp_request *req, const char *name, bool *bad)
 {
 	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -468,6 +628,8 @@ char *httpd_query(struct evhttp_request *req, const char *name, bool *bad)
 	for (struct evkeyval *e = TAILQ_FIRST(&kv); e; e = TAILQ_NEXT(e, next))
 		if (e->value != v && strcmp(e->key, name) == 0)
 			*bad = true; /* twice: which one was meant? */
+	if (v && encoded_nul(q, name))
+		*bad = true;
 	if (v && !*bad) {
 		out = strdup(v);
 		if (!out)

@@ -39,7 +39,7 @@ enum httpd_admin {
 };
 
 struct httpd_route {
-	const char *method; /* "GET", "POST" */
+	const char *method; /* "GET" (which serves HEAD too), "POST" */
 	const char *path;   /* exact path, or a prefix when it ends with '/' */
 	bool internal;      /* needs Authorization: Bearer $INTERNAL_TOKEN */
 	httpd_fn fn;
@@ -72,7 +72,10 @@ int httpd_in_flight(const struct httpd *h);
 /* The port actually bound (useful with port 0). */
 int httpd_port(const struct httpd *h);
 
-/* Answers with a JSON body (copied) and the given status. */
+/*
+ * Answers with a JSON body (copied) and the given status. A HEAD gets the
+ * headers of the GET it stands for, Content-Length included, and no body.
+ */
 void httpd_reply(struct evhttp_request *req, int status, const char *json);
 /* Same, draining body (an evbuffer the caller keeps and frees). */
 void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *body);
@@ -94,12 +97,15 @@ void httpd_unavailable(struct evhttp_request *req);
  */
 const char *httpd_body(struct evhttp_request *req, size_t *len);
 
-/* A request header, or NULL. */
+/* A request header (the first, when repeated), or NULL. */
 const char *httpd_header(struct evhttp_request *req, const char *name);
+/* How many times the request carries header name (any case). */
+int httpd_header_count(struct evhttp_request *req, const char *name);
 
 /* The value of query parameter name in the request's URI (decoded, malloc'd: the
  * caller frees), or NULL when absent. *bad is set (and NULL returned) when the
- * query cannot be parsed or names the parameter more than once. */
+ * query cannot be parsed, holds an encoded NUL (%00) anywhere, or names the
+ * parameter more than once. */
 char *httpd_query(struct evhttp_request *req, const char *name, bool *bad);
 
 /* The client's address as text ("" when unknown). */
@@ -113,9 +119,9 @@ void httpd_peer_addr(struct evhttp_request *req, char *out, size_t outlen);
 bool httpd_trace_id(const char *tp, char out[33]);
 
 /*
- * An Idempotency-Key header value: 1-255 visible ASCII characters, bare or
- * as the quoted string of the IETF draft ("abc" names the key abc). Writes
- * the key into out (outlen >= 256) and returns true when valid.
+ * An Idempotency-Key header value: 1-255 visible ASCII characters, taken
+ * byte for byte (SPEC §6: "abc" with its quotes is another key than abc).
+ * Copies it into out (outlen >= 256) and returns true when valid.
  */
 bool httpd_idempotency_key(const char *h, char *out, size_t outlen);
 

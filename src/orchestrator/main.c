@@ -176,9 +176,11 @@ static void post_orders(struct evhttp_request *req, void *svc, const char *tail)
 		httpd_error(req, 400, "idempotency_key_missing", "the Idempotency-Key header is required");
 		return;
 	}
-	if (!httpd_idempotency_key(kh, key, sizeof(key))) {
+	/* two lines mean "k1, k2" in HTTP: not a key the client meant, even if equal */
+	if (httpd_header_count(req, "Idempotency-Key") > 1 ||
+	    !httpd_idempotency_key(kh, key, sizeof(key))) {
 		httpd_error(req, 400, "idempotency_key_invalid",
-			    "Idempotency-Key must be 1-255 visible ASCII characters");
+			    "Idempotency-Key must be one header of 1-255 visible ASCII characters");
 		return;
 	}
 	body = httpd_body(req, &len);

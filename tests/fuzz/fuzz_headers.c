@@ -13,28 +13,19 @@
 #include "httpd.h"
 
 /*
- * SPEC §6: 1..255 visible ASCII characters; the draft's quoted form "abc"
- * names the key abc, and inside the quotes '"' and '\\' cannot appear
- * (sf-string escapes are not supported).
+ * SPEC §6: 1..255 visible ASCII characters, compared byte for byte (quotes
+ * are part of the key).
  */
 static bool ref_key(const char *h, char *out)
 {
 	size_t n = strlen(h);
-	bool quoted = n >= 2 && h[0] == '"' && h[n - 1] == '"';
-	const char *k = quoted ? h + 1 : h;
 
-	if (quoted)
-		n -= 2;
 	if (n < 1 || n > 255)
 		return false;
-	for (size_t i = 0; i < n; i++) {
-		if (!isgraph((unsigned char)k[i]) || (unsigned char)k[i] > 0x7e)
+	for (size_t i = 0; i < n; i++)
+		if (!isgraph((unsigned char)h[i]) || (unsigned char)h[i] > 0x7e)
 			return false;
-		if (quoted && memchr("\"\\", k[i], 2))
-			return false;
-	}
-	memcpy(out, k, n);
-	out[n] = '\0';
+	memcpy(out, h, n + 1);
 	return true;
 }
 
