@@ -232,8 +232,9 @@ END_TEST
 
 /*
  * Messages that can never succeed, published by hand into pgsaga.payment:
- * rejected without requeue into pgsaga.dead, counted, and nothing else
- * changes. A good message after them still goes through.
+ * rejected without requeue into pgsaga.dead, counted, kept as payment's own
+ * dead letters (retried from there, refused again), and nothing else
+ * changes.
  */
 START_TEST(poison_messages_go_to_dead_letter_queue)
 {
@@ -268,9 +269,31 @@ START_TEST(poison_messages_go_to_dead_letter_queue)
 	ck_assert_int_eq(env_metric(&env, SVC_PAY, "saga_amqp_deliveries_total{outcome=\"acked\"}"), 0);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT (SELECT count(*) FROM payment.payments) +"
 					  " (SELECT count(*) FROM payment.processed_messages) +"
-					  " (SELECT count(*) FROM payment.outbox_messages) +"
 					  " (SELECT count(*) FROM payment.accounts)", 0, NULL), 0);
 	ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.payment"), 0);
+
+	/* kept where operators look: dead letters of payment, addressed to itself */
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.dead_letters"
+					  " WHERE destination = 'payment' AND kind = 'command'"
+					  "   AND last_error LIKE 'refused by payment: 4%'", 0, NULL), 3);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.dead_letters"
+					  " WHERE payload = to_jsonb('{not json'::text)", 0, NULL), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.outbox_messages", 0, NULL), 3);
+
+	/* retried, it goes to payment's queue again, is refused again and is
+	 * the same dead letter, one attempt on */
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.dead_letters d"
+					  " WHERE type = 'ExplodeCommand'"
+					  "   AND payment.retry_dead_letter(d.message_id)", 0, NULL), 1);
+	for (long long end = now_ms() + WAIT_MS;
+	     broker_queue_depth(harness_amqp_url(), "pgsaga.dead") < 1 && now_ms() < end;)
+		usleep(50 * 1000);
+	ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.dead"), 1);
+	ck_assert(wait_metric(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"rejected\"}", 4));
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.dead_letters"
+					  " WHERE type = 'ExplodeCommand' AND attempt_count = 1", 0, NULL), 1);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.outbox_messages"
+					  " WHERE dead_at IS NULL OR processed_at IS NOT NULL", 0, NULL), 0);
 }
 END_TEST
 

@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "outbox.h"
 #include "transport.h"
+#include "uuid.h"
 
 #define DRAIN_LIMIT_MS 10000
 
@@ -397,6 +398,64 @@ static void broker_up(void *arg)
 		outbox_kick(app->outbox);
 }
 
+/* --- refused deliveries (AMQP) ------------------------------------------- */
+
+/* SQL: sql/common/008_refused_deliveries.sql */
+static const char refused_sql[] = "SELECT outbox_refused($1::uuid, $2, $3, $4, $5, $6)";
+
+struct refusal {
+	void (*done)(void *tok, bool retry);
+	void *tok;
+};
+
+static void refusal_written(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct refusal *f = arg;
+	bool retry = err->status != DB_OK && err->status != DB_SQL_ERROR;
+
+	if (err->status == DB_SQL_ERROR)
+		log_error("keeping a refused message failed: %s", err->message);
+	f->done(f->tok, retry);
+	free(f);
+}
+
+/*
+ * Over HTTP a message the receiver refuses for good is the sender's dead
+ * letter, which the admin API and the console list and retry. Over AMQP the
+ * sender's row was delivered (the broker confirmed it) and the refusal
+ * lands in pgsaga.dead, out of their sight; so the receiver keeps it as a
+ * dead letter of its own outbox, addressed to itself: listed like the
+ * others, and retried by publishing it to its own queue again.
+ */
+static void keep_refused(void *arg, const struct transport_refusal *r,
+			 void (*done)(void *tok, bool retry), void *tok)
+{
+	struct app *app = arg;
+	struct refusal *f = malloc(sizeof(*f));
+	size_t tl = strlen(r->type);
+	char why[400], placeholder[80];
+	const char *body = r->body;
+
+	if (!f)
+		abort();
+	*f = (struct refusal){ done, tok };
+	/* a text parameter holds neither a NUL nor invalid UTF-8 */
+	if (memchr(r->body, '\0', r->len) || !jsonx_utf8_valid(r->body, r->len)) {
+		snprintf(placeholder, sizeof(placeholder), "(%zu bytes, not UTF-8 text)", r->len);
+		body = placeholder;
+	}
+	snprintf(why, sizeof(why), "refused by %s: %d %s", app->spec->service, r->status, r->why);
+	const char *params[6] = {
+		uuid_valid(r->id) ? r->id : NULL,
+		tl > 7 && strcmp(r->type + tl - 7, "Command") == 0 ? "command" : "event",
+		app->spec->service,
+		r->type[0] ? r->type : "(none)",
+		body,
+		why,
+	};
+	db_query(app->pool, refused_sql, 6, params, refusal_written, f);
+}
+
 static int open_transport(struct app *app, char *err, size_t errlen)
 {
 	if (strcmp(app->transport_name, "http") == 0) {
@@ -421,6 +480,7 @@ static int open_transport(struct app *app, char *err, size_t errlen)
 		.retry_cap_ms = (int)app->retry_cap_ms,
 		.consume = app->spec->consume,
 		.on_up = broker_up,
+		.refused = keep_refused,
 		.arg = app,
 	};
 	app->transport = transport_amqp_new(app->base, &o, err, errlen);

@@ -121,6 +121,16 @@ struct transport *transport_http_new(const char *const *dests, struct httpc_peer
  * o is copied; dests must outlive the transport, the other strings are
  * borrowed for the call only. Returns NULL with a reason in err.
  */
+/* A message a receiver refused for good: what transport_amqp_opts.refused keeps. */
+struct transport_refusal {
+	const char *id;   /* the message_id property, as it came ("" when absent) */
+	const char *type; /* the type property ("" when absent) */
+	const char *body; /* len bytes, NUL-terminated */
+	size_t len;
+	int status;       /* the handler's answer */
+	const char *why;  /* and its text */
+};
+
 struct transport_amqp_opts {
 	const char *url, *service;
 	const char *const *dests; /* where it may send (the peers), ndests of them */
@@ -130,6 +140,16 @@ struct transport_amqp_opts {
 	int retry_base_ms, retry_cap_ms; /* a delivery that failed for now waits this */
 	inmsg_fn consume;
 	void (*on_up)(void *arg);
+	/*
+	 * A delivery refused for good (a 4xx answer) is handed here before it is
+	 * rejected into pgsaga.dead, so that the service keeps it where operators
+	 * look (a dead letter of its own outbox); the call ends with
+	 * done(tok, retry): retry asks for the delivery again later (the record
+	 * could not be written for now), else it is rejected. NULL: rejected at
+	 * once.
+	 */
+	void (*refused)(void *arg, const struct transport_refusal *r,
+			void (*done)(void *tok, bool retry), void *tok);
 	void *arg;
 };
 struct transport *transport_amqp_new(struct event_base *base, const struct transport_amqp_opts *o,

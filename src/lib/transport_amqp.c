@@ -11,7 +11,8 @@
  * Receiving: a delivery is handed to the service's handler as an inmsg; its
  * HTTP-like answer settles it: 2xx ack; 4xx but 408/429 reject without
  * requeue (dead-lettered to pgsaga.dead by the queue's policy, logged and
- * counted); anything else requeue after a backoff delay, holding the
+ * counted), once the service has kept it as a dead letter of its own
+ * (transport_amqp_opts.refused); anything else requeue after a backoff delay, holding the
  * delivery (and its prefetch slot) meanwhile so a broken database is not
  * hammered.
  */
@@ -135,6 +136,9 @@ static void answer_soon(struct transport_amqp *a, struct transport_send *s,
 
 static bool known_dest(const struct transport_amqp *a, const char *dest)
 {
+	/* itself: a refused delivery it kept, retried by an operator */
+	if (strcmp(dest, a->o.service) == 0)
+		return true;
 	for (size_t i = 0; i < a->o.ndests; i++)
 		if (strcmp(a->o.dests[i], dest) == 0)
 			return true;
@@ -260,6 +264,22 @@ static void later(struct mq_msg *m, const char *why)
 	evtimer_add(h->ev, &tv);
 }
 
+/* The refusal is kept (or could not be, for good): into pgsaga.dead with it. */
+static void refusal_kept(void *tok, bool retry)
+{
+	struct mq_msg *m = tok;
+	struct transport_amqp *a = m->token;
+	struct log_ctx lc = { .message_id = m->id };
+
+	if (retry) {
+		later(m, "keeping the refused message failed for now");
+		return;
+	}
+	metric_add(a->m_rejected, 1);
+	LOG_AT(LOG_WARN, &lc, "amqp: rejected %s into pgsaga.dead", m->type);
+	settle(m, MQ_REJECT);
+}
+
 static void answer(struct mq_msg *m, int status, const char *text)
 {
 	struct transport_amqp *a = m->token;
@@ -268,12 +288,14 @@ static void answer(struct mq_msg *m, int status, const char *text)
 		metric_add(a->m_acked, 1);
 		settle(m, MQ_ACK);
 	} else if (status >= 400 && status < 500 && status != 408 && status != 429) {
+		const struct transport_refusal r = { m->id, m->type, m->body, m->len, status, text };
 		struct log_ctx lc = { .message_id = m->id };
 
-		metric_add(a->m_rejected, 1);
-		LOG_AT(LOG_WARN, &lc, "amqp: rejected %s into pgsaga.dead: %d %s", m->type, status,
-		       text);
-		settle(m, MQ_REJECT);
+		LOG_AT(LOG_WARN, &lc, "amqp: %s refused for good: %d %s", m->type, status, text);
+		if (a->o.refused)
+			a->o.refused(a->o.arg, &r, refusal_kept, m);
+		else
+			refusal_kept(m, false);
 	} else {
 		later(m, text);
 	}
