@@ -795,6 +795,20 @@ START_TEST(cancel_compensating_and_finished)
 	expect_error(&r, 409, "saga_finished");
 	ck_assert_int_eq(history_causes(done, "Cancelled"), 0);
 
+	/* each path with the other's method: 405 naming the right one */
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s/cancel", done);
+	req1(SVC_ORCH, "GET", path, BEARER, NULL, &r);
+	char *allow = http_header(&r, "Allow");
+	ck_assert_str_eq(allow ? allow : "(none)", "POST");
+	free(allow);
+	expect_error(&r, 405, "method_not_allowed");
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s", done);
+	admin_post(path, "{}", &r);
+	allow = http_header(&r, "Allow");
+	ck_assert_str_eq(allow ? allow : "(none)", "GET, HEAD");
+	free(allow);
+	expect_error(&r, 405, "method_not_allowed");
+
 	env_new_order(&env, "c-1", "B002", 1, 100, comp); /* rejected: compensates with a refund */
 	ck_assert(wait_state(comp, "Compensated"));
 	cancel(comp, "too late", &r);

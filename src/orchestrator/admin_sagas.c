@@ -268,10 +268,31 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
 	free(d);
 }
 
+/*
+ * The two routes share the prefix /admin/api/sagas/, so httpd finds one for
+ * either method and leaves the 405 of the other's path to them.
+ */
+static void other_method(struct evhttp_request *req, const char *allow)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+	httpd_error(req, 405, "method_not_allowed", "only %s here", allow);
+}
+
+static bool cancel_path(const char *tail)
+{
+	size_t n = strlen(tail);
+
+	return n > 7 && strcmp(tail + n - 7, "/cancel") == 0;
+}
+
 static void get_saga(struct evhttp_request *req, void *svc, const char *tail)
 {
 	struct detail *d;
 
+	if (cancel_path(tail)) {
+		other_method(req, "POST");
+		return;
+	}
 	if (!uuid_valid(tail)) {
 		httpd_error(req, 400, "invalid_id", "expected a saga id (a UUID)");
 		return;
@@ -400,8 +421,11 @@ static void post_saga(struct evhttp_request *req, void *svc, const char *tail)
 	struct cancel *c;
 	char err[128];
 
-	if (n < 7 || strcmp(tail + n - 7, "/cancel") != 0) {
-		httpd_error(req, 404, "not_found", "no such endpoint");
+	if (!cancel_path(tail)) {
+		if (uuid_valid(tail))
+			other_method(req, "GET, HEAD");
+		else
+			httpd_error(req, 404, "not_found", "no such endpoint");
 		return;
 	}
 	char id[UUID_STR_LEN] = "";
