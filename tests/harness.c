@@ -541,7 +541,7 @@ void env_create(struct saga_env *e)
 	random_hex(e->token + strlen(e->token), 12);
 }
 
-static void log_path(const struct saga_env *e, enum svc s, char *out, size_t len)
+void env_log_path(const struct saga_env *e, enum svc s, char *out, size_t len)
 {
 	int n = snprintf(out, len, "%s/%s-%s.log", cluster_dir, e->dbname, svc_name[s]);
 
@@ -556,7 +556,7 @@ static void print_log_tail(const struct saga_env *e, enum svc s)
 	off_t size;
 	ssize_t n;
 
-	log_path(e, s, path, sizeof(path));
+	env_log_path(e, s, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
@@ -641,7 +641,7 @@ void env_start(struct saga_env *e, enum svc s, const char *const *extra)
 		ck_abort_msg("%s: %s", path, strerror(errno));
 	if (e->pid[s])
 		ck_abort_msg("%s is already running (pid %ld)", svc_name[s], (long)e->pid[s]);
-	log_path(e, s, logp, sizeof(logp));
+	env_log_path(e, s, logp, sizeof(logp));
 
 	pid = fork();
 	if (pid < 0)

@@ -85,6 +85,8 @@ void env_create(struct saga_env *e);
  * Its stderr goes to <cluster dir>/<dbname>-<service>.log.
  */
 void env_start(struct saga_env *e, enum svc s, const char *const *extra);
+/* That log file's path. */
+void env_log_path(const struct saga_env *e, enum svc s, char *out, size_t len);
 void env_start_all(struct saga_env *e);
 
 /* Sends sig to the service and waits for it to exit; returns its exit status

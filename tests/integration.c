@@ -1131,12 +1131,10 @@ START_TEST(database_outage)
 
 	/* what the server said as it went ("FATAL: terminating connection")
 	 * was logged as JSON, not written raw between the log lines */
-	static const char *const names[SVC_COUNT] = { "orchestrator", "payment", "inventory" };
 	for (int s = 0; s < SVC_COUNT; s++) {
 		char path[700], line[4096];
 
-		snprintf(path, sizeof(path), "%s/%s-%s.log", harness_cluster_dir(), env.dbname,
-			 names[s]);
+		env_log_path(&env, s, path, sizeof(path));
 		FILE *f = fopen(path, "r");
 		ck_assert_msg(f != NULL, "%s", path);
 		while (fgets(line, sizeof(line), f)) {
