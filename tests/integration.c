@@ -1758,7 +1758,7 @@ START_TEST(methods_answered_as_rfc_9110)
 		  { "\r\nAllow: GET, HEAD\r\n", "method DELETE not allowed" } },
 		{ "OPTIONS /healthz HTTP/1.1", 405,
 		  { "\r\nAllow: GET, HEAD\r\n", "method OPTIONS not allowed" } },
-		{ "HEAD /healthz HTTP/1.1", 200, { "\r\nContent-Length: 18\r\n", NULL } },
+		{ "HEAD /healthz HTTP/1.1", 200, { "\r\nContent-Length: ", NULL } },
 		{ "HEAD /orders/00000000-0000-0000-0000-000000000000 HTTP/1.1", 404,
 		  { "\r\nContent-Length: ", NULL } },
 		{ "CONNECT /orders HTTP/1.1", 404, { "\r\nContent-Length: ", "\"not_found\"" } },

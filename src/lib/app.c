@@ -22,12 +22,18 @@
 #include "outbox.h"
 #include "transport.h"
 #include "uuid.h"
+#include "version.h"
 
 #define DRAIN_LIMIT_MS 10000
 
 static void healthz(struct evhttp_request *req, void *svc, const char *tail)
 {
-	httpd_reply(req, 200, "{\"status\":\"alive\"}");
+	char body[128];
+
+	/* the version and commit are digits, dots and hex: nothing to escape */
+	snprintf(body, sizeof(body), "{\"status\":\"alive\",\"version\":\"%s\",\"commit\":\"%s\"}",
+		 pgsaga_version, pgsaga_commit);
+	httpd_reply(req, 200, body);
 }
 
 static void readyz(struct evhttp_request *req, void *svc, const char *tail)
@@ -512,6 +518,11 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 			*done = true;
 			return 0;
 		}
+		if (strcmp(argv[i], "--version") == 0) {
+			version_print(stdout);
+			*done = true;
+			return 0;
+		}
 		fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
 		return 2;
 	}
@@ -549,6 +560,13 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 	if (!app->pool)
 		return 1;
 	db_pool_set_writers(app->pool, (int)app->db_writers);
+	snprintf(err, sizeof(err), "version=\"%s\",commit=\"%s\"", pgsaga_version,
+		 pgsaga_commit);
+	metric_set(metrics_series(metrics_family("saga_build_info",
+						 "The running build: version and commit, always 1",
+						 METRIC_GAUGE),
+				  err),
+		   1);
 	metrics_gauge_fn("saga_db_pool_in_use", "Pool connections running a statement", "",
 			 gauge_pool_busy, app->pool);
 	metrics_gauge_fn("saga_db_pool_waiting", "Statements waiting for a pool connection", "",
