@@ -1965,6 +1965,114 @@ START_TEST(numbers_out_of_range_are_invalid_fields)
 END_TEST
 
 /*
+ * A \u0000 in customerId or itemId is well-formed JSON with a bad value:
+ * invalid_field naming the field, like any value off its pattern. In a key
+ * it stays invalid JSON (json-c would cut the key there).
+ */
+START_TEST(nul_in_an_id_is_an_invalid_field)
+{
+	static const char *const cases[][2] = {
+		{ "{\"customerId\":\"a\\u0000b\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}",
+		  "customerId" },
+		{ "{\"customerId\":\"c-nul\",\"itemId\":\"A001\\u0000\",\"qty\":1,\"amount\":100}",
+		  "itemId" },
+		{ "{\"customer\\u0000Id\":\"c-nul\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}",
+		  "invalid_json" },
+	};
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(env_post_order(&env, "nul-id", cases[i][0], &r), 400);
+		ck_assert_msg(strstr(r.body, i < 2 ? "\"invalid_field\"" : "\"invalid_json\"") &&
+				      strstr(r.body, cases[i][1]),
+			      "case %zu: %s", i, r.body);
+		http_resp_free(&r);
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL), 0);
+}
+END_TEST
+
+/*
+ * The same Idempotency-Key with a body that is not the same JSON value is
+ * 422, and numbers are compared as written: unknown fields holding integers
+ * beyond 64 bits (json-c clamps them to one bound) or decimals beyond a
+ * double's precision that differ are different bodies. The same numbers
+ * written with other zeros, keys in another order, are a replay.
+ */
+START_TEST(idempotency_compares_numbers_as_written)
+{
+	static const char *const x[][3] = {
+		{ "12345678901234567890", "12345678901234567891", "12345678901234567890" },
+		{ "123456789012345678901234", "123456789012345678901235", "123456789012345678901234" },
+		{ "1.00000000000000001", "1.00000000000000002", "100000000000000001e-17" },
+	};
+	char key[32], body[300];
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++) {
+		snprintf(key, sizeof(key), "as-written-%zu", i);
+		for (int j = 0; j < 3; j++) {
+			snprintf(body, sizeof(body),
+				 j < 2 ? "{\"customerId\":\"c-aw\",\"itemId\":\"A001\",\"qty\":1,"
+					 "\"amount\":100,\"x\":%s}"
+				       : "{\"x\":%s,\"amount\":100,\"qty\":1,\"itemId\":\"A001\","
+					 "\"customerId\":\"c-aw\"}",
+				 x[i][j]);
+			ck_assert_int_eq(env_post_order(&env, key, body, &r), j == 1 ? 422 : 201);
+			ck_assert_msg(j != 1 || strstr(r.body, "\"idempotency_key_reused\""),
+				      "%s: %s", x[i][1], r.body);
+			ck_assert_msg(j != 2 || strstr(r.body, "\"duplicated\":true"), "%s: %s",
+				      x[i][2], r.body);
+			http_resp_free(&r);
+		}
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL), 3);
+}
+END_TEST
+
+/*
+ * RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two,
+ * is 400; HTTP/1.0 may leave Host out. A request target with a space in it
+ * is a malformed request line, 400, not a path that is not found.
+ */
+START_TEST(host_and_request_target_checked)
+{
+	static const struct {
+		const char *req;
+		int status;
+		const char *code;
+	} cases[] = {
+		{ "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400, "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nhost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", 400, "\"invalid_host\"" },
+		{ "GET /healthz x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_target\"" },
+		{ "GET /nowhere x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_target\"" },
+		{ "GET /healthz HTTP/1.0\r\n\r\n", 200, "\"status\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 200, "\"status\"" },
+	};
+	int status;
+	char *text;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(raw_exchange(cases[i].req, strlen(cases[i].req), &status, &text), 1);
+		ck_assert_msg(status == cases[i].status && strstr(text, cases[i].code),
+			      "case %zu: %s", i, text);
+		free(text);
+	}
+}
+END_TEST
+
+/*
  * Peer names are resolved by libevent's asynchronous resolver, never by a
  * blocking getaddrinfo() on the loop. The services run with a getaddrinfo()
  * that never returns for "localhost" (tests/blockdns.c) and peers named
@@ -2222,6 +2330,9 @@ static Suite *integration_suite(void)
 	tcase_add_test(edges, methods_answered_as_rfc_9110);
 	tcase_add_test(edges, nul_in_query_value_refused);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
+	tcase_add_test(edges, nul_in_an_id_is_an_invalid_field);
+	tcase_add_test(edges, idempotency_compares_numbers_as_written);
+	tcase_add_test(edges, host_and_request_target_checked);
 	tcase_add_test(edges, peer_names_resolved_without_blocking);
 	tcase_add_test(edges, retention_purges_what_is_done);
 	tcase_add_test(edges, answers_are_compact_json);
