@@ -15,7 +15,7 @@
 
 #include "breaker.h"
 #include "delivery_policy.h"
-#include "httpio.h"
+#include "http_flush.h"
 #include "metrics.h"
 
 struct call {
@@ -192,7 +192,7 @@ static bool send_call(struct slot *s, struct call *c)
 		s->evcon = NULL;
 		return false;
 	}
-	httpio_write_now(s->evcon);
+	http_flush_now(s->evcon);
 	return true;
 }
 
