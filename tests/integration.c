@@ -310,7 +310,7 @@ START_TEST(entry_idempotency_sequential)
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
 				    NULL),
 			 1);
-	/* byte for byte (SPEC §6): with its quotes it is another key, whose
+	/* byte for byte (docs/protocol.md): with its quotes it is another key, whose
 	 * first use makes a new saga, with whatever body */
 	ck_assert_int_eq(env_post_order(&env, "\"order-42\"", other, &d), 201);
 	od = parse_body(&d);
@@ -330,7 +330,7 @@ START_TEST(entry_idempotency_sequential)
 END_TEST
 
 /*
- * SPEC §6: a key is 1-255 visible ASCII characters, '"' included, counted
+ * docs/protocol.md: a key is 1-255 visible ASCII characters, '"' included, counted
  * as sent; two Idempotency-Key lines mean "k1, k2" in HTTP, which is no key
  * the client meant, even when both lines are equal.
  */
@@ -1593,7 +1593,7 @@ START_TEST(migrations_only_as_the_schema_owner)
 END_TEST
 
 /*
- * SPEC §4: operators open accounts and add items with the spec's columns
+ * docs/protocol.md, "Tables": operators open accounts and add items with the documented columns
  * alone, top up and restock with an UPDATE, and the audit stays true. The
  * account insert broke once (starting_balance NOT NULL, no default) while
  * every test passed: this one works the way an operator does, through psql.
@@ -1684,7 +1684,7 @@ static int raw_exchange(const char *bytes, size_t len, int *status, char **text)
 }
 
 /*
- * SPEC §6: framing a proxy could read another way is refused with 400 and
+ * docs/protocol.md: framing a proxy could read another way is refused with 400 and
  * the connection closed. Each front request carries a POST /orders as its
  * body: a proxy that frames it one way sees one request, while a server
  * that reads no body (an unknown Transfer-Encoding, "Content-Length :")
@@ -1784,7 +1784,7 @@ START_TEST(ambiguous_framing_refused)
 END_TEST
 
 /*
- * SPEC §6: a NUL or another control byte in a header is a 400, and an
+ * docs/protocol.md: a NUL or another control byte in a header is a 400, and an
  * Idempotency-Key is never cut short: "ab<NUL>cd" once was stored as "ab",
  * so two different keys became one.
  */
@@ -1918,7 +1918,7 @@ START_TEST(nul_in_query_value_refused)
 END_TEST
 
 /*
- * SPEC §6: a well-formed number that does not fit is invalid_field naming
+ * docs/protocol.md: a well-formed number that does not fit is invalid_field naming
  * the field, however many digits it has, at the entry and on the internal
  * endpoints alike.
  */

@@ -156,8 +156,8 @@ static int open_peers(struct service *service, char *err, size_t errlen)
 static void on_signal(evutil_socket_t sig, short what, void *arg);
 
 /*
- * Empty means unset; a set one must differ from INTERNAL_TOKEN. SPEC sets no
- * minimum length, so a short one only earns a warning: refusing it stopped
+ * Empty means unset; a set one must differ from INTERNAL_TOKEN. No minimum
+ * length is promised, so a short one only earns a warning: refusing it stopped
  * every service over a test setup's "admin".
  */
 static int check_admin_token(struct service *service)
