@@ -13,6 +13,7 @@
 
 #include "harness.h"
 #include "jsonx.h"
+#include "metrics_reader.h"
 #include "uuid.h"
 
 #define WAIT_MS 20000
@@ -328,7 +329,7 @@ START_TEST(wrong_tokens_never_lock_out)
 	double before;
 
 	start_all_admin();
-	before = env_metric(&env, SVC_ORCH, "saga_admin_signin_failures_total");
+	before = metrics_read_series(env.port[SVC_ORCH], "saga_admin_signin_failures_total");
 	for (int i = 0; i < 20; i++) {
 		req1(SVC_ORCH, "POST", "/admin/session", NULL, "{\"token\":\"guess\"}", &r);
 		expect_error(&r, 401, "unauthorized");
@@ -348,7 +349,8 @@ START_TEST(wrong_tokens_never_lock_out)
 	expect_unavailable(o, ""); /* payment still answers the orchestrator */
 	json_object_put(o);
 	http_resp_free(&r);
-	ck_assert(env_metric(&env, SVC_ORCH, "saga_admin_signin_failures_total") == before + 40);
+	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_admin_signin_failures_total") ==
+		  before + 40);
 }
 END_TEST
 
@@ -1096,5 +1098,5 @@ static Suite *admin_suite(void)
 
 int main(void)
 {
-	return harness_run(admin_suite());
+	return harness_run(admin_suite(), NULL);
 }

@@ -9,6 +9,7 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 #include <check.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,14 +40,19 @@ void harness_broker_stop(void)
 		broker_destroy(&node);
 }
 
-int harness_run(Suite *s)
+int harness_run(Suite *first, ...)
 {
 	SRunner *sr;
+	va_list ap;
 	int failed;
 
 	harness_cluster_start();
 	harness_broker_start();
-	sr = srunner_create(s);
+	sr = srunner_create(first);
+	va_start(ap, first);
+	for (Suite *s = va_arg(ap, Suite *); s; s = va_arg(ap, Suite *))
+		srunner_add_suite(sr, s);
+	va_end(ap);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

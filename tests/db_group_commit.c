@@ -250,5 +250,5 @@ static Suite *db_suite(void)
 
 int main(void)
 {
-	return harness_run(db_suite());
+	return harness_run(db_suite(), NULL);
 }
