@@ -2,11 +2,11 @@
  * Tests of what only the AMQP transport has (SPEC §8): the broker dying
  * under load, a consumer dying between its commit and its ack, poison
  * messages, and the broker's memory alarm. The guarantee tests every
- * transport must pass run from integration.c under both (integration-amqp);
- * the destination queue deleted (returns, dead letter, retry) is
- * dead_letters_and_retry there.
+ * transport must pass run from tests/integration/ under both
+ * (integration-amqp); the destination queue deleted (returns, dead letter,
+ * retry) is dead_letters_and_retry there (delivery.c).
  *
- * One throwaway RabbitMQ node for the run (tests/broker.h), a fresh
+ * One throwaway RabbitMQ node for the run (support/broker.h), a fresh
  * database per test and empty queues (harness).
  */
 #include <check.h>

@@ -334,7 +334,7 @@ END_TEST
 /*
  * Peer names are resolved by libevent's asynchronous resolver, never by a
  * blocking getaddrinfo() on the loop. The services run with a getaddrinfo()
- * that never returns for "localhost" (tests/blockdns.c) and peers named
+ * that never returns for "localhost" (tests/support/blockdns.c) and peers named
  * "localhost": a loop that called it would hang, and the saga with it.
  */
 START_TEST(peer_names_resolved_without_blocking)

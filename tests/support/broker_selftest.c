@@ -1,5 +1,5 @@
 /*
- * broker_test: proves the throwaway RabbitMQ node wrapper (tests/broker.c over
+ * broker_selftest: proves the throwaway RabbitMQ node wrapper (broker.c over
  * scripts/rabbit-node) does what the broker tests rely on: a node that takes
  * connections, survives kill -9 with its durable data, restarts on the same
  * port, obeys rabbitmqctl, and leaves no process behind when stopped, killed,

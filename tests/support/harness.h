@@ -56,7 +56,7 @@ const char *harness_transport(void); /* "http" or "amqp" */
 void harness_broker_start(void);      /* no-op under http */
 void harness_broker_stop(void);
 const char *harness_amqp_url(void);
-struct broker *harness_broker(void);  /* tests/broker.h: kill, restart, ctl */
+struct broker *harness_broker(void);  /* broker.h: kill, restart, ctl */
 void harness_broker_reset(void);
 void harness_broker_delete_queue(const char *queue);
 /* Declares queue (classic, not durable) bound to exchange pgsaga with

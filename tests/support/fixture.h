@@ -1,11 +1,11 @@
 /*
- * fixture: what every integration suite stands on, beyond the harness
- * (tests/support/harness.h: the cluster, the services, the HTTP client):
- * one saga_env per test, made by the checked fixture in Check's child and
- * destroyed after it, and the few helpers the suites share.
+ * fixture: the test environment most suites use, over the harness (the
+ * cluster, the services, the HTTP client): one saga_env per test, made by
+ * the checked fixture in Check's child and destroyed after it, and the
+ * helpers the suites share about it.
  */
-#ifndef PGSAGA_INTEGRATION_FIXTURE_H
-#define PGSAGA_INTEGRATION_FIXTURE_H
+#ifndef PGSAGA_TEST_FIXTURE_H
+#define PGSAGA_TEST_FIXTURE_H
 
 #include <check.h>
 #include <stdbool.h>
