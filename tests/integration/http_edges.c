@@ -5,9 +5,9 @@
  * RFC 9110 says; numbers that do not fit are invalid fields; every answer
  * is compact JSON with one Date.
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <json-c/json.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
