@@ -1060,5 +1060,5 @@ static Suite *admin_suite(void)
 
 int main(void)
 {
-	return harness_run(admin_suite(), NULL);
+	return harness_run(admin_suite());
 }

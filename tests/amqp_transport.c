@@ -378,5 +378,5 @@ static Suite *amqp_suite(void)
 int main(void)
 {
 	setenv("SAGA_TEST_TRANSPORT", "amqp", 1);
-	return harness_run(amqp_suite(), NULL);
+	return harness_run(amqp_suite());
 }

@@ -627,5 +627,5 @@ int main(void)
 	tcase_add_test(tc, chaos_invariants_hold);
 	suite_add_tcase(s, tc);
 
-	return harness_run(s, NULL);
+	return harness_run(s);
 }

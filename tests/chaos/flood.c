@@ -1136,5 +1136,5 @@ static Suite *flood_suite(void)
 
 int main(void)
 {
-	return harness_run(flood_suite(), NULL);
+	return harness_run(flood_suite());
 }

@@ -365,5 +365,5 @@ int main(void)
 	tcase_add_test(tc, group_in_flight_commits_whole_after_kill);
 	tcase_add_test(tc, group_in_flight_rolls_back_with_client_check);
 	suite_add_tcase(s, tc);
-	return harness_run(s, NULL);
+	return harness_run(s);
 }

@@ -14,6 +14,10 @@
 
 int main(void)
 {
-	return harness_run(saga_flows_suite(), idempotency_suite(), delivery_suite(),
-			   databases_suite(), http_edges_suite(), roles_migrations_suite(), NULL);
+	Suite *const suites[] = {
+		saga_flows_suite(), idempotency_suite(), delivery_suite(),
+		databases_suite(),  http_edges_suite(),  roles_migrations_suite(),
+	};
+
+	return harness_run_all(suites, sizeof(suites) / sizeof(suites[0]));
 }

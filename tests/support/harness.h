@@ -25,11 +25,12 @@ void harness_cluster_stop(void);
 
 /*
  * A test program's main: the cluster and (under amqp) the broker around one
- * run of the suites given (a NULL-terminated list), in order, whose runner
- * it frees. EXIT_SUCCESS when every test passed (harness_amqp.c, which
- * knows both).
+ * run of s, whose runner it frees. EXIT_SUCCESS when every test passed
+ * (harness_amqp.c, which knows both).
  */
-int harness_run(Suite *first, ...) __attribute__((sentinel));
+int harness_run(Suite *s);
+/* The same for n suites, run in order in one runner (one cluster). */
+int harness_run_all(Suite *const suites[], size_t n);
 
 /* The cluster's private directory (service logs live there) and port. */
 const char *harness_cluster_dir(void);

@@ -9,7 +9,6 @@
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
 #include <check.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,19 +39,21 @@ void harness_broker_stop(void)
 		broker_destroy(&node);
 }
 
-int harness_run(Suite *first, ...)
+int harness_run(Suite *s)
+{
+	return harness_run_all(&s, 1);
+}
+
+int harness_run_all(Suite *const suites[], size_t n)
 {
 	SRunner *sr;
-	va_list ap;
 	int failed;
 
 	harness_cluster_start();
 	harness_broker_start();
-	sr = srunner_create(first);
-	va_start(ap, first);
-	for (Suite *s = va_arg(ap, Suite *); s; s = va_arg(ap, Suite *))
-		srunner_add_suite(sr, s);
-	va_end(ap);
+	sr = srunner_create(NULL);
+	for (size_t i = 0; i < n; i++)
+		srunner_add_suite(sr, suites[i]);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
