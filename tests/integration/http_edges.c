@@ -1,9 +1,10 @@
 /*
  * The edges of HTTP and JSON: bad input is a 4xx with a JSON error and
  * changes nothing; framing a proxy could read another way, control bytes
- * in headers and a NUL in a query are refused; methods are answered as
- * RFC 9110 says; numbers that do not fit are invalid fields; every answer
- * is compact JSON with one Date.
+ * in headers and a NUL in a query are refused, so are a missing or second
+ * Host and a request target with a space; methods are answered as RFC 9110
+ * says; numbers that do not fit and a NUL in an id are invalid fields;
+ * every answer is compact JSON with one Date.
  */
 #include <arpa/inet.h>
 #include <check.h>
@@ -506,6 +507,74 @@ START_TEST(answers_are_compact_json)
 }
 END_TEST
 
+/*
+ * A \u0000 in customerId or itemId is well-formed JSON with a bad value:
+ * invalid_field naming the field, like any value off its pattern. In a key
+ * it stays invalid JSON (json-c would cut the key there).
+ */
+START_TEST(nul_in_an_id_is_an_invalid_field)
+{
+	static const char *const cases[][2] = {
+		{ "{\"customerId\":\"a\\u0000b\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}",
+		  "customerId" },
+		{ "{\"customerId\":\"c-nul\",\"itemId\":\"A001\\u0000\",\"qty\":1,\"amount\":100}",
+		  "itemId" },
+		{ "{\"customer\\u0000Id\":\"c-nul\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}",
+		  "invalid_json" },
+	};
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(env_post_order(&env, "nul-id", cases[i][0], &r), 400);
+		ck_assert_msg(strstr(r.body, i < 2 ? "\"invalid_field\"" : "\"invalid_json\"") &&
+				      strstr(r.body, cases[i][1]),
+			      "case %zu: %s", i, r.body);
+		http_resp_free(&r);
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL), 0);
+}
+END_TEST
+
+/*
+ * RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two,
+ * is 400; HTTP/1.0 may leave Host out. A request target with a space in it
+ * is a malformed request line, 400, not a path that is not found.
+ */
+START_TEST(host_and_request_target_checked)
+{
+	static const struct {
+		const char *req;
+		int status;
+		const char *code;
+	} cases[] = {
+		{ "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400, "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nhost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", 400, "\"invalid_host\"" },
+		{ "GET /healthz x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_target\"" },
+		{ "GET /nowhere x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_target\"" },
+		{ "GET /healthz HTTP/1.0\r\n\r\n", 200, "\"status\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 200, "\"status\"" },
+	};
+	int status;
+	char *text;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(raw_exchange(cases[i].req, strlen(cases[i].req), &status, &text), 1);
+		ck_assert_msg(status == cases[i].status && strstr(text, cases[i].code),
+			      "case %zu: %s", i, text);
+		free(text);
+	}
+}
+END_TEST
+
 Suite *http_edges_suite(void)
 {
 	Suite *s = suite_create("http_edges");
@@ -517,6 +586,8 @@ Suite *http_edges_suite(void)
 	tcase_add_test(edges, methods_answered_as_rfc_9110);
 	tcase_add_test(edges, nul_in_query_value_refused);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
+	tcase_add_test(edges, nul_in_an_id_is_an_invalid_field);
+	tcase_add_test(edges, host_and_request_target_checked);
 	tcase_add_test(edges, answers_are_compact_json);
 	suite_add_tcase(s, edges);
 	return s;

@@ -1,9 +1,9 @@
 /*
  * Exactly once, at both ends: the same order under one Idempotency-Key is
  * one saga (in sequence and at the same moment; the key taken byte for
- * byte), the same command is one effect at its receiver, and an event that
- * comes twice, late, out of order or in conflict with another moves a saga
- * at most once.
+ * byte; bodies compared as JSON values, numbers as written), the same
+ * command is one effect at its receiver, and an event that comes twice,
+ * late, out of order or in conflict with another moves a saga at most once.
  */
 #include <check.h>
 #include <json-c/json.h>
@@ -395,6 +395,46 @@ START_TEST(conflicting_events_one_transition)
 }
 END_TEST
 
+/*
+ * The same Idempotency-Key with a body that is not the same JSON value is
+ * 422, and numbers are compared as written: unknown fields holding integers
+ * beyond 64 bits (json-c clamps them to one bound) or decimals beyond a
+ * double's precision that differ are different bodies. The same numbers
+ * written with other zeros, keys in another order, are a replay.
+ */
+START_TEST(idempotency_compares_numbers_as_written)
+{
+	static const char *const x[][3] = {
+		{ "12345678901234567890", "12345678901234567891", "12345678901234567890" },
+		{ "123456789012345678901234", "123456789012345678901235", "123456789012345678901234" },
+		{ "1.00000000000000001", "1.00000000000000002", "100000000000000001e-17" },
+	};
+	char key[32], body[300];
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++) {
+		snprintf(key, sizeof(key), "as-written-%zu", i);
+		for (int j = 0; j < 3; j++) {
+			snprintf(body, sizeof(body),
+				 j < 2 ? "{\"customerId\":\"c-aw\",\"itemId\":\"A001\",\"qty\":1,"
+					 "\"amount\":100,\"x\":%s}"
+				       : "{\"x\":%s,\"amount\":100,\"qty\":1,\"itemId\":\"A001\","
+					 "\"customerId\":\"c-aw\"}",
+				 x[i][j]);
+			ck_assert_int_eq(env_post_order(&env, key, body, &r), j == 1 ? 422 : 201);
+			ck_assert_msg(j != 1 || strstr(r.body, "\"idempotency_key_reused\""),
+				      "%s: %s", x[i][1], r.body);
+			ck_assert_msg(j != 2 || strstr(r.body, "\"duplicated\":true"), "%s: %s",
+				      x[i][2], r.body);
+			http_resp_free(&r);
+		}
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL), 3);
+}
+END_TEST
+
 Suite *idempotency_suite(void)
 {
 	Suite *s = suite_create("idempotency");
@@ -403,6 +443,7 @@ Suite *idempotency_suite(void)
 	tcase_add_test(idem, entry_idempotency_sequential);
 	tcase_add_test(idem, entry_idempotency_concurrent);
 	tcase_add_test(idem, idempotency_key_as_sent);
+	tcase_add_test(idem, idempotency_compares_numbers_as_written);
 	tcase_add_test(idem, receiver_idempotency);
 	tcase_add_test(idem, duplicate_and_out_of_order_events);
 	tcase_add_test(idem, conflicting_events_one_transition);
