@@ -16,7 +16,7 @@
  * schema made by an earlier release that recorded other versions (0.9.0:
  * no schema_version) is adopted in place when every version that release
  * recorded is there, and refused, naming the missing ones, when only some
- * are. docs/operations.md ("Schema versions and upgrades") says it for
+ * are. docs/architecture.md ("Schema versions and upgrades") says it for
  * operators.
  *
  * Blocking libpq: it runs before the event loop serves anything.

@@ -195,6 +195,8 @@ class Service:
             # and never given up on
             "RETRY_CAP_MS": "300",
             "RETRY_MAX_ATTEMPTS": "1000000",
+            # a row claimed by an instance that stops is due again soon
+            "LEASE_MS": "2000",
             "BREAKER_OPEN_MS": "300",
         })
         for p in PEERS[self.name]:
@@ -361,6 +363,10 @@ def dump_diff(a_name, a, b_name, b):
 
 def main():
     started = time.monotonic()
+
+    def phase(what):
+        print("%6.1f s  %s" % (time.monotonic() - started, what), flush=True)
+
     checks = Checks("upgrade")
     old_src, old_build = previous_build()
     old_bootstrap = os.path.join(old_src, "sql", "bootstrap.sql")
@@ -368,6 +374,7 @@ def main():
     cluster = Cluster()
     try:
         cluster.start()
+        phase("previous release built, cluster up")
         carried = "carried"
         cluster.create_db(carried, old_bootstrap)
 
@@ -379,6 +386,7 @@ def main():
                               " INSERT INTO inventory.stock (item_id, available)"
                               " VALUES ('A1', 1000)")
         finished = []
+        phase("%s running" % PREVIOUS)
         for i in range(6):
             finished.append(order(ports["orchestrator"], "done-%d" % i, "c-rich", "A1", 1, 100))
         for i in range(2):  # declined: Failed
@@ -395,6 +403,7 @@ def main():
         before_api = {s: get_order(ports["orchestrator"], s) for s in finished}
         before_sql = snapshot(cluster, carried, finished)
 
+        phase("%d sagas finished" % len(finished))
         # sagas waiting in the outbox: payment is down, their PayCommands wait
         old["payment"].stop()
         waiting = [order(ports["orchestrator"], "wait-%d" % i, "c-rich", "A1", 2, 300)
@@ -408,6 +417,7 @@ def main():
         print("carried across: %d finished sagas, %d waiting in the outbox" % (
             len(finished), len(waiting)), flush=True)
 
+        phase("%s stopped" % PREVIOUS)
         # the upgrade: the new bootstrap, then the new binaries
         cluster.bootstrap(carried, new_bootstrap)
         new = stack(cluster, BUILD, carried, ports)
@@ -444,6 +454,7 @@ def main():
         checks.ok(audit.returncode == 0, "scripts/audit passes on the upgraded database:\n"
                   + audit.stdout[-3000:])
 
+        phase("taken over")
         # an old instance still starts on the upgraded schema and works beside
         new["payment"].stop()
         back = Service(cluster, old_build, "payment", carried, ports).start().wait_ready()
@@ -455,6 +466,7 @@ def main():
         for s in new.values():
             s.stop()
 
+        phase("old payment beside the new ones")
         # (b) the same schema as a database made from scratch
         fresh = "fresh"
         cluster.create_db(fresh, new_bootstrap)
@@ -464,6 +476,7 @@ def main():
                   " fresh one:\n" + dump_diff("upgraded", a, "fresh", b))
         print("schema dumps compared: %d statements" % len(a), flush=True)
 
+        phase("schemas compared")
         # (c) what a binary refuses and accepts
         cluster.psql(fresh, "UPDATE payment.schema_version SET major = major + 1")
         newer = cluster.scalar(fresh, "SELECT major FROM payment.schema_version")
@@ -502,6 +515,7 @@ def main():
         checks.ok(cluster.scalar(partial, "SELECT to_regclass('payment.schema_version')"
                                           " IS NULL") == "t",
                   "the refused database is left as it was")
+        phase("refusals checked")
     finally:
         cluster.stop()
     print("upgrade test: %.0f s" % (time.monotonic() - started), flush=True)
