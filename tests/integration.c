@@ -137,7 +137,7 @@ START_TEST(happy_path)
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-1"), 1000000 - 1200);
-	/* opened by this first payment, already charged (migration 006) */
+	/* opened by this first payment, already charged (handle_pay) */
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT starting_balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-1"), 1000000);
@@ -196,7 +196,7 @@ static void pq_expect(PGconn *c, const char *sql, const char *want)
 }
 
 /*
- * Two first payments of one customer at once (handle_pay, migration 006):
+ * Two first payments of one customer at once (handle_pay):
  * the second's charge finds no account (the first's is not committed), its
  * insert waits for the first's and then finds the account there, so it must
  * charge once more, with a snapshot that sees it, instead of declining.
@@ -1545,7 +1545,7 @@ START_TEST(operator_accounts_and_stock_by_psql)
 	snprintf(audit, sizeof(audit), "%s/scripts/audit", getenv("SAGA_SOURCE_DIR"));
 	const char *const argv[] = { audit, env.auditor_url, NULL };
 	ck_assert_int_eq(run_prog(argv), 0);
-	/* saga_history has no foreign key (migration 006): the audit catches a
+	/* saga_history has no foreign key: the audit catches a
 	 * history row without its saga */
 	ck_assert_int_eq(psql_c("INSERT INTO orchestrator.saga_history"
 				" (saga_id, version, to_state, cause)"
