@@ -19,9 +19,11 @@ private PostgreSQL cluster:
       (refused, both versions named), a migration recorded by a newer minor
       release (accepted), a database on which the previous release applied
       only some of its migrations (refused, the missing ones named);
-  (d) a rolling upgrade under load over HTTP: the previous release's three
-      services, each given both its own instance's and its successor's
-      address for every peer, are replaced one service at a time (payment,
+  (d) a rolling upgrade under load, over HTTP and again over RabbitMQ
+      (TRANSPORT=amqp, a private node from scripts/rabbit-node): the
+      previous release's three services, each given both its own instance's
+      and its successor's address for every peer, are replaced one service
+      at a time (payment,
       inventory, orchestrator: the new instance started next to the old one,
       which is then stopped with SIGTERM) while orders flow, 20 or more
       accepted at every step; every saga completes, one payment and one
@@ -33,9 +35,9 @@ tests/ops/opslib.py has the cluster, HTTP and process helpers.
 
 The cache: <build>/upgrade-cache/src-<commit> (a `git worktree add
 --detach` of the commit) and build-<commit> (its meson build, the three
-binaries only), reused while they exist. Run time: 1-3 min with the cache
-(2 busy cores), plus 2-3 min to build the previous release the first time.
-Not done: the rolling upgrade over RabbitMQ (TRANSPORT=amqp).
+binaries only), reused while they exist. Run time: about 4 min with the
+cache on 2 busy cores (1.5 min of it starting and stopping the RabbitMQ
+node), plus 2-3 min to build the previous release the first time.
 """
 
 import difflib
@@ -416,8 +418,21 @@ class Load:
         return len(self.sagas) >= want
 
 
-def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase):
-    db = "rolling"
+def rabbit_node(cluster):
+    """A private RabbitMQ node (scripts/rabbit-node) for the amqp run; its
+    URL. Destroyed with the cluster's run directory (see main)."""
+    node = os.path.join(cluster.root, "rabbit")
+    for _ in range(5):
+        r = run([os.path.join(SRC, "scripts", "rabbit-node"), "start", node, str(free_port())],
+                check=False)
+        if r.returncode == 0:
+            return node, r.stdout.strip().splitlines()[-1]
+    die("scripts/rabbit-node start failed:\n" + r.stdout[-3000:])
+
+
+def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase,
+                    transport="http", amqp_url=None):
+    db = "rolling_" + transport
     cluster.create_db(db, old_bootstrap)
     old_ports = {s: free_port() for s in SERVICES}
     new_ports = {s: free_port() for s in SERVICES}
@@ -425,6 +440,8 @@ def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, ph
     # is skipped
     peers = {PEER_ENV[p]: "http://127.0.0.1:%d,http://127.0.0.1:%d" % (old_ports[p], new_ports[p])
              for p in SERVICES}
+    if transport == "amqp":
+        peers.update({"TRANSPORT": "amqp", "AMQP_URL": amqp_url})
     old = {s: Service(cluster, old_build, s, db, old_ports, peers).start() for s in SERVICES}
     for svc in old.values():
         svc.wait_ready()
@@ -434,17 +451,18 @@ def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, ph
     load = Load([old_ports["orchestrator"], new_ports["orchestrator"]])
     load.thread.start()
     try:
-        checks.ok(load.wait_for(20), "orders flow through %s" % PREVIOUS)
+        checks.ok(load.wait_for(20), "%s: orders flow through %s" % (transport, PREVIOUS))
         cluster.bootstrap(db, new_bootstrap)
         for s in ("payment", "inventory", "orchestrator"):
             Service(cluster, BUILD, s, db, new_ports, peers).start().wait_ready()
-            checks.ok(load.wait_for(20), "orders flow with both %ss" % s)
+            checks.ok(load.wait_for(20), "%s: orders flow with both %ss" % (transport, s))
             old[s].stop()
             checks.ok(old[s].proc.returncode == 0, "%s's saga-%s exits 0 on SIGTERM (%s)" % (
                 PREVIOUS, s, old[s].proc.returncode))
-            checks.ok(load.wait_for(20), "orders flow after %s's saga-%s stopped" % (
-                PREVIOUS, s))
-            phase("rolling upgrade: %s replaced, %d orders so far" % (s, len(load.sagas)))
+            checks.ok(load.wait_for(20), "%s: orders flow after %s's saga-%s stopped" % (
+                transport, PREVIOUS, s))
+            phase("rolling upgrade over %s: %s replaced, %d orders so far" % (
+                transport, s, len(load.sagas)))
     finally:
         load.stopping.set()
         load.thread.join(timeout=90)
@@ -455,7 +473,7 @@ def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, ph
     checks.ok(cluster.wait_sql(db, "SELECT count(*) FROM orchestrator.saga_instances"
                                " WHERE state = 'Completed' AND saga_id = ANY ('{%s}')" % ids,
                                str(n), timeout=120),
-              "all %d sagas of the rolling upgrade complete" % n)
+              "%s: all %d sagas of the rolling upgrade complete" % (transport, n))
     checks.ok(cluster.scalar(db, "SELECT count(*) FROM orchestrator.saga_instances") == str(n),
               "no saga besides the %d orders" % n)
     effects = cluster.psql(db, "SELECT (SELECT count(*) FROM payment.payments"
@@ -469,9 +487,10 @@ def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, ph
               % effects)
     audit = run([os.path.join(SRC, "scripts", "audit"), cluster.url(db, "saga_auditor")],
                 check=False)
-    checks.ok(audit.returncode == 0, "scripts/audit passes after the rolling upgrade:\n"
-              + audit.stdout[-3000:])
-    print("rolling upgrade: %d sagas carried across, all Completed" % n, flush=True)
+    checks.ok(audit.returncode == 0, "%s: scripts/audit passes after the rolling upgrade:\n"
+              % transport + audit.stdout[-3000:])
+    print("rolling upgrade over %s: %d sagas carried across, all Completed" % (transport, n),
+          flush=True)
 
 
 # --- the test -----------------------------------------------------------------------
@@ -487,6 +506,7 @@ def main():
     old_bootstrap = os.path.join(old_src, "sql", "bootstrap.sql")
     new_bootstrap = os.path.join(SRC, "sql", "bootstrap.sql")
     cluster = Cluster()
+    node = None
     try:
         cluster.start()
         phase("previous release built, cluster up")
@@ -634,8 +654,14 @@ def main():
         phase("refusals checked")
 
         rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase)
-        phase("rolling upgrade done")
+        node, amqp_url = rabbit_node(cluster)
+        phase("RabbitMQ node up")
+        rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase,
+                        "amqp", amqp_url)
+        phase("rolling upgrades done")
     finally:
+        if node:
+            run([os.path.join(SRC, "scripts", "rabbit-node"), "destroy", node], check=False)
         cluster.stop()
     print("upgrade test: %.0f s" % (time.monotonic() - started), flush=True)
     checks.done()
