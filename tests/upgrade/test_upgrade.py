@@ -88,8 +88,11 @@ def previous_build():
     if not os.path.exists(os.path.join(src, "meson.build")):
         shutil.rmtree(src, ignore_errors=True)
         shutil.rmtree(build, ignore_errors=True)
-        run(["git", "-C", SRC, "worktree", "prune"])
-        run(["git", "-C", SRC, "worktree", "add", "--detach", src, PREVIOUS_COMMIT])
+        add = ["git", "-C", SRC, "worktree", "add", "--detach", src, PREVIOUS_COMMIT]
+        if run(add, check=False).returncode != 0:
+            # registered still, its directory gone (a build tree deleted)
+            run(["git", "-C", SRC, "worktree", "prune"])
+            run(add)
     t = time.monotonic()
     targets = ["src/%s/saga-%s" % (s, s) for s in SERVICES]
     if os.path.exists(os.path.join(build, "build.ninja")):
