@@ -35,7 +35,10 @@ static void readyz(struct evhttp_request *req, void *svc, const char *tail)
 	struct app *app = svc;
 
 	const char *broker = app->transport->ops->broker_state(app->transport);
-	char body[64];
+	const char *node = app->transport->ops->broker_node
+				   ? app->transport->ops->broker_node(app->transport)
+				   : NULL;
+	char body[192];
 
 	if (!db_pool_ready(app->pool) || app->stopping) {
 		httpd_unavailable(req);
@@ -46,7 +49,12 @@ static void readyz(struct evhttp_request *req, void *svc, const char *tail)
 		return;
 	}
 	/* the broker's state is reported, not required: orders wait in the outbox */
-	snprintf(body, sizeof(body), "{\"status\":\"ready\",\"broker\":\"%s\"}", broker);
+	if (node)
+		snprintf(body, sizeof(body),
+			 "{\"status\":\"ready\",\"broker\":\"%s\",\"brokerNode\":\"%s\"}", broker,
+			 node);
+	else
+		snprintf(body, sizeof(body), "{\"status\":\"ready\",\"broker\":\"%s\"}", broker);
 	httpd_reply(req, 200, body);
 }
 
@@ -241,7 +249,8 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	VAR("TRANSPORT", ENVCFG_STRING, &app->transport_name, "http", 0, 0,
 	    "how messages travel: http or amqp (all services alike)");
 	VAR("AMQP_URL", ENVCFG_STRING, &app->amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f", 0,
-	    0, "the broker, amqp://user:password@host:port/vhost (TRANSPORT=amqp)");
+	    0, "the broker, amqp://user:password@host:port/vhost, or the nodes of one cluster"
+	    " separated by commas (TRANSPORT=amqp)");
 	VAR("AMQP_PREFETCH", ENVCFG_INT, &app->amqp_prefetch, "64", 1, 65535,
 	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
 	VAR("LOG_LEVEL", ENVCFG_STRING, &app->log_level, "info", 0, 0,

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "log.h"
+
 bool mq_rpc_ok(amqp_connection_state_t c, const char *what, char *why, size_t whylen)
 {
 	amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
@@ -46,6 +48,16 @@ amqp_table_entry_t mq_entry_str(const char *k, const char *v)
 	return e;
 }
 
+static amqp_table_entry_t entry_int(const char *k, int v)
+{
+	amqp_table_entry_t e;
+
+	e.key = amqp_cstring_bytes(k);
+	e.value.kind = AMQP_FIELD_KIND_I32;
+	e.value.value.i32 = v;
+	return e;
+}
+
 static amqp_table_entry_t entry_bool(const char *k)
 {
 	amqp_table_entry_t e;
@@ -56,12 +68,54 @@ static amqp_table_entry_t entry_bool(const char *k)
 	return e;
 }
 
+/*
+ * pgsaga.dead on its own channel, opened and closed here. Returns false only
+ * when the connection itself failed; a refused declaration is logged.
+ */
+static bool declare_dead(amqp_connection_state_t c, const struct mq_setup *s, char *why,
+			 size_t whylen)
+{
+	amqp_table_entry_t qargs[2] = { mq_entry_str("x-queue-type", "quorum"),
+					entry_int("x-quorum-initial-group-size", s->group_size) };
+	amqp_table_t qt = { 2, qargs };
+	amqp_rpc_reply_t r;
+	char what[160];
+
+	amqp_channel_open(c, MQ_CHANNEL_DEAD);
+	if (!mq_rpc_ok(c, "opening a channel", why, whylen))
+		return false;
+	amqp_queue_declare(c, MQ_CHANNEL_DEAD, amqp_cstring_bytes("pgsaga.dead"), 0, 1, 0, 0,
+			   s->group_size > 1 ? qt : amqp_empty_table);
+	r = amqp_get_rpc_reply(c);
+	if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+		amqp_queue_bind(c, MQ_CHANNEL_DEAD, amqp_cstring_bytes("pgsaga.dead"),
+				amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes,
+				amqp_empty_table);
+		r = amqp_get_rpc_reply(c);
+	}
+	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+	    r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+		amqp_channel_close_ok_t ok = { 0 };
+
+		mq_rpc_ok(c, "declaring queue pgsaga.dead", what, sizeof(what));
+		log_warn("amqp: %s; dead letters are not kept by the broker until that is"
+			 " fixed (docs/operations.md)", what);
+		return amqp_send_method(c, MQ_CHANNEL_DEAD, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) ==
+		       AMQP_STATUS_OK;
+	}
+	if (r.reply_type != AMQP_RESPONSE_NORMAL)
+		return mq_rpc_ok(c, "declaring queue pgsaga.dead", why, whylen);
+	amqp_channel_close(c, MQ_CHANNEL_DEAD, AMQP_REPLY_SUCCESS);
+	return mq_rpc_ok(c, "closing a channel", why, whylen);
+}
+
 /* SPEC §8: declared by every service at start; declaring again is harmless. */
 static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
 {
-	amqp_table_entry_t qargs[2] = { mq_entry_str("x-queue-type", "quorum"),
-					mq_entry_str("x-dead-letter-exchange", "pgsaga.dead") };
-	amqp_table_t qt = { 2, qargs };
+	amqp_table_entry_t qargs[3] = { mq_entry_str("x-queue-type", "quorum"),
+					mq_entry_str("x-dead-letter-exchange", "pgsaga.dead"),
+					entry_int("x-quorum-initial-group-size", s->group_size) };
+	amqp_table_t qt = { 3, qargs };
 	char q[48];
 
 	amqp_exchange_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga"), amqp_cstring_bytes("direct"),
@@ -72,13 +126,7 @@ static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *w
 			      amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
 	if (!mq_rpc_ok(c, "declaring exchange pgsaga.dead", why, whylen))
 		return false;
-	amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"), 0, 1, 0, 0,
-			   amqp_empty_table);
-	if (!mq_rpc_ok(c, "declaring queue pgsaga.dead", why, whylen))
-		return false;
-	amqp_queue_bind(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
-			amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
-	if (!mq_rpc_ok(c, "binding queue pgsaga.dead", why, whylen))
+	if (!declare_dead(c, s, why, whylen))
 		return false;
 	for (const char *const *svc = s->queues; *svc; svc++) {
 		snprintf(q, sizeof(q), "pgsaga.%s", *svc);
