@@ -7,6 +7,9 @@
  * direct; quorum queues pgsaga.<service> bound by the service's name and
  * dead-lettering to the fanout pgsaga.dead, bound to queue pgsaga.dead),
  * publisher confirms, basic.qos prefetch, and the consumer if asked.
+ * A queue that exists already is kept as it is (a passive declaration
+ * first): the broker refuses a declaration whose arguments differ from the
+ * queue's, e.g. a group size from a longer node list.
  * pgsaga.dead is declared on a channel of its own (MQ_CHANNEL_DEAD): a
  * failure there (an older classic pgsaga.dead met by a cluster's quorum
  * declaration, say) is logged and never keeps a service from its own queue.
