@@ -1,12 +1,12 @@
-/* httpio: see httpio.h. */
-#include "httpio.h"
+/* http_flush: see http_flush.h. */
+#include "http_flush.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 
-void httpio_write_now(struct evhttp_connection *evcon)
+void http_flush_now(struct evhttp_connection *evcon)
 {
 	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
 	struct evbuffer *out = bev ? bufferevent_get_output(bev) : NULL;
