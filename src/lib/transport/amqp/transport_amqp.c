@@ -371,8 +371,9 @@ static void state_changed(struct transport_amqp *a, struct mq_msg *m)
 
 	a->up = m->up;
 	snprintf(a->node, sizeof(a->node), "%s", m->node);
-	/* last_error says which node failed a publish */
-	snprintf(a->where, sizeof(a->where), "amqp://%s", m->node);
+	/* with several nodes, last_error says which one failed a publish */
+	if (mq_link_node(a->link, 1))
+		snprintf(a->where, sizeof(a->where), "amqp://%s", m->node);
 	for (size_t i = 0; i < MQ_NODES_MAX && a->m_node[i]; i++)
 		metric_set(a->m_node[i], m->up && strcmp(mq_link_node(a->link, i), m->node) == 0);
 	metric_set(a->m_up, m->up);
@@ -516,8 +517,18 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 		free(a);
 		return NULL;
 	}
-	/* where, for last_error: the node (no credentials), until connected */
-	snprintf(a->where, sizeof(a->where), "amqp://%s", mq_link_node(a->link, 0));
+	/*
+	 * where, for last_error and the instance label of the circuit metric:
+	 * one node's URL (valid by now) without its credentials, as it always
+	 * was; with several, the node in use (the first until connected)
+	 */
+	if (mq_link_node(a->link, 1)) {
+		snprintf(a->where, sizeof(a->where), "amqp://%s", mq_link_node(a->link, 0));
+	} else {
+		const char *at = strrchr(o->url, '@');
+
+		snprintf(a->where, sizeof(a->where), "amqp://%s", at ? at + 1 : o->url + 7);
+	}
 	declare_metrics(a);
 	a->ev = event_new(base, mq_link_fd(a->link), EV_READ | EV_PERSIST, link_cb, a);
 	if (!a->ev || event_add(a->ev, NULL) != 0) {
