@@ -14,5 +14,6 @@ Suite *httpd_suite(void);
 Suite *admin_auth_suite(void);
 Suite *httpc_suite(void);
 Suite *delivery_policy_suite(void);
+Suite *mq_nodes_suite(void);
 
 #endif

@@ -28,7 +28,10 @@ static void readyz(struct evhttp_request *req, void *svc, const char *tail)
 	struct service *service = svc;
 
 	const char *broker = service->transport->ops->broker_state(service->transport);
-	char body[64];
+	const char *node = service->transport->ops->broker_node
+				   ? service->transport->ops->broker_node(service->transport)
+				   : NULL;
+	char body[192];
 
 	if (!db_pool_ready(service->pool) || service->stopping) {
 		httpd_unavailable(req);
@@ -39,7 +42,12 @@ static void readyz(struct evhttp_request *req, void *svc, const char *tail)
 		return;
 	}
 	/* the broker's state is reported, not required: orders wait in the outbox */
-	snprintf(body, sizeof(body), "{\"status\":\"ready\",\"broker\":\"%s\"}", broker);
+	if (node)
+		snprintf(body, sizeof(body),
+			 "{\"status\":\"ready\",\"broker\":\"%s\",\"brokerNode\":\"%s\"}", broker,
+			 node);
+	else
+		snprintf(body, sizeof(body), "{\"status\":\"ready\",\"broker\":\"%s\"}", broker);
 	httpd_reply(req, 200, body);
 }
 

@@ -77,7 +77,8 @@ static size_t common_vars(struct service *service, struct envcfg_var *v)
 	VAR("TRANSPORT", ENVCFG_STRING, &service->transport_name, "http", 0, 0,
 	    "how messages travel: http or amqp (all services alike)");
 	VAR("AMQP_URL", ENVCFG_STRING, &service->amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f", 0,
-	    0, "the broker, amqp://user:password@host:port/vhost (TRANSPORT=amqp)");
+	    0, "the broker, amqp://user:password@host:port/vhost, or the nodes of one cluster"
+	    " separated by commas (TRANSPORT=amqp)");
 	VAR("AMQP_PREFETCH", ENVCFG_INT, &service->amqp_prefetch, "64", 1, 65535,
 	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
 	VAR("LOG_LEVEL", ENVCFG_STRING, &service->log_level, "info", 0, 0,

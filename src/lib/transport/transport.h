@@ -94,6 +94,9 @@ struct transport_ops {
 	void (*free)(struct transport *t);
 	/* The circuit toward dest, as breaker_state_name() says it (admin API). */
 	const char *(*breaker)(const struct transport *t, const char *dest);
+	/* For /readyz: the broker node in use ("host:port"), or NULL (none, or
+	 * no broker); the member may be NULL too. */
+	const char *(*broker_node)(const struct transport *t);
 };
 struct transport {
 	const struct transport_ops *ops;

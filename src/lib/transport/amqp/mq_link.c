@@ -13,6 +13,7 @@
 
 #include "backoff.h"
 #include "log.h"
+#include "mq_nodes.h"
 #include "mq_setup.h"
 
 #define CHANNEL MQ_CHANNEL
@@ -20,6 +21,12 @@
 #define RPC_TIMEOUT_S MQ_RPC_TIMEOUT_S
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
+/*
+ * Publishes refused (nacked or returned) in a row, none confirmed between,
+ * after which the channel is replaced as a lost connection is: after a node
+ * loss a channel can be left refusing everything while a new one would not.
+ */
+#define REFUSALS_MAX 16
 
 struct settle {
 	uint64_t generation, tag;
@@ -40,8 +47,10 @@ struct mq_link {
 	bool stopping, pause_consuming;
 
 	/* the thread's own */
-	char *url;
-	struct amqp_connection_info ci;
+	struct mq_nodes nodes;
+	size_t node;  /* the one connected to, or tried next */
+	size_t tried; /* nodes that did not answer since the last connection */
+	int refusals; /* publishes refused in a row */
 	char service[32], queue[48];
 	char **queues;
 	int prefetch, window;
@@ -184,6 +193,7 @@ static void thread_state(struct mq_link *l)
 	m->kind = MQ_STATE;
 	m->up = l->conn != NULL;
 	m->blocked = l->blocked;
+	snprintf(m->node, sizeof(m->node), "%s", l->nodes.name[l->node]);
 	snprintf(m->error, sizeof(m->error), "%s", l->why);
 	thread_to_loop(l, m);
 }
@@ -199,9 +209,9 @@ static void thread_confirm(struct mq_link *l, struct mq_msg *m, bool ok, const c
 
 static void thread_connect(struct mq_link *l, bool consume)
 {
-	const struct mq_setup setup = { &l->ci, l->service, (const char *const *)l->queues,
-					l->prefetch,
-					consume ? l->queue : NULL };
+	const struct mq_setup setup = { &l->nodes.ci[l->node], l->service,
+					(const char *const *)l->queues, l->prefetch,
+					consume ? l->queue : NULL, mq_nodes_group_size(&l->nodes) };
 
 	l->why[0] = '\0';
 	l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
@@ -211,12 +221,22 @@ static void thread_connect(struct mq_link *l, bool consume)
 		l->seq = 0;
 		l->blocked = false;
 		l->backoff_ms = RECONNECT_MIN_MS;
-		log_info("amqp: connected to %s:%d", l->ci.host, l->ci.port);
+		l->tried = 0;
+		l->refusals = 0;
+		log_info("amqp: connected to %s", l->nodes.name[l->node]);
 		thread_state(l);
 		return;
 	}
-	log_warn("amqp: %s; retrying in about %d ms", l->why, l->backoff_ms);
 	l->consuming = false;
+	l->node = mq_nodes_next(&l->nodes, l->node);
+	if (++l->tried < l->nodes.n) {
+		/* a cluster: the next node may answer, try it at once */
+		log_warn("amqp: %s; trying %s", l->why, l->nodes.name[l->node]);
+		l->next_connect_ms = mono_ms();
+		return;
+	}
+	l->tried = 0;
+	log_warn("amqp: %s; retrying in about %d ms", l->why, l->backoff_ms);
 	l->next_connect_ms = mono_ms() + backoff_delay_ms(l->backoff_ms / 2, l->backoff_ms, 1,
 							 backoff_random()) + l->backoff_ms / 2;
 	l->backoff_ms = l->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : l->backoff_ms * 2;
@@ -239,6 +259,18 @@ static void thread_lose(struct mq_link *l)
 	l->nunconf = 0;
 	l->next_connect_ms = mono_ms() + RECONNECT_MIN_MS;
 	thread_state(l);
+	/* the node may be gone with its connection: start with the next one */
+	l->node = mq_nodes_next(&l->nodes, l->node);
+	l->tried = 0;
+}
+
+/* The broker answered m's publish; counts the refusals in a row. */
+static void thread_settled(struct mq_link *l, struct mq_msg *m, bool ack)
+{
+	bool ok = ack && !m->error[0];
+
+	l->refusals = ok ? 0 : l->refusals + 1;
+	thread_confirm(l, m, ok, ack ? "" : "nacked by the broker");
 }
 
 /* basic.ack / basic.nack for seq (and all before it when multiple). */
@@ -251,7 +283,7 @@ static void thread_confirmed(struct mq_link *l, uint64_t seq, bool multiple, boo
 			break; /* acks may come out of order only when not multiple */
 		pop(&l->unconf_head, &l->unconf_tail);
 		l->nunconf--;
-		thread_confirm(l, m, ack && !m->error[0], ack ? "" : "nacked by the broker");
+		thread_settled(l, m, ack);
 	}
 	if (!multiple) {
 		/* an out-of-order single confirm: find it */
@@ -267,7 +299,7 @@ static void thread_confirmed(struct mq_link *l, uint64_t seq, bool multiple, boo
 					l->unconf_tail = t;
 			}
 			l->nunconf--;
-			thread_confirm(l, m, ack && !m->error[0], ack ? "" : "nacked by the broker");
+			thread_settled(l, m, ack);
 			break;
 		}
 	}
@@ -394,6 +426,12 @@ static bool thread_read(struct mq_link *l)
 			amqp_basic_nack_t *n = f.payload.method.decoded;
 
 			thread_confirmed(l, n->delivery_tag, n->multiple, false);
+			if (l->refusals >= REFUSALS_MAX) {
+				snprintf(l->why, sizeof(l->why),
+					 "%d publishes in a row refused by %s; replacing the channel",
+					 l->refusals, l->nodes.name[l->node]);
+				return false;
+			}
 			break;
 		}
 		case AMQP_BASIC_RETURN_METHOD:
@@ -575,16 +613,17 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 
 	if (!l)
 		abort();
-	l->url = strdup(o->url);
-	if (!l->url)
-		abort();
-	amqp_default_connection_info(&l->ci);
-	if (amqp_parse_url(l->url, &l->ci) != AMQP_STATUS_OK || l->ci.ssl) {
-		snprintf(err, errlen, "AMQP_URL: expected amqp://user:password@host:port/vhost");
-		free(l->url);
+	if (mq_nodes_parse(&l->nodes, o->url, err, errlen) != 0) {
 		free(l);
 		return NULL;
 	}
+	for (size_t i = 0; i < l->nodes.n; i++)
+		if (l->nodes.ci[i].ssl) {
+			snprintf(err, errlen, "AMQP_URL: expected amqp://user:password@host:port/vhost");
+			mq_nodes_free(&l->nodes);
+			free(l);
+			return NULL;
+		}
 	snprintf(l->service, sizeof(l->service), "%s", o->service);
 	snprintf(l->queue, sizeof(l->queue), "pgsaga.%s", o->service);
 	while (o->queues[nq])
@@ -611,11 +650,16 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 		for (size_t i = 0; i < nq; i++)
 			free(l->queues[i]);
 		free(l->queues);
-		free(l->url);
+		mq_nodes_free(&l->nodes);
 		free(l);
 		return NULL;
 	}
 	return l;
+}
+
+const char *mq_link_node(const struct mq_link *l, size_t i)
+{
+	return i < l->nodes.n ? l->nodes.name[i] : NULL;
 }
 
 void mq_link_free(struct mq_link *l)
@@ -648,6 +692,6 @@ void mq_link_free(struct mq_link *l)
 	close(l->loop_fd);
 	close(l->wake_fd);
 	pthread_mutex_destroy(&l->mu);
-	free(l->url);
+	mq_nodes_free(&l->nodes);
 	free(l);
 }

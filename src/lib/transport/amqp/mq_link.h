@@ -17,7 +17,12 @@
  * is buffered) and wakes at least every HEARTBEAT_S/2 to serve heartbeats.
  *
  * What the thread does: connect with backoff (100 ms doubling to 5 s, with
+<<<<<<< HEAD
  * jitter; mq_setup.h), declare the topology of docs/protocol.md (exchange pgsaga direct, quorum
+=======
+ * jitter; mq_setup.h; with several nodes in the URL, each of them in turn
+ * before waiting, and after a lost connection the next node first), declare the topology of docs/protocol.md (exchange pgsaga direct, quorum
+>>>>>>> refs/heads/cluster
  * queues pgsaga.<service> dead-lettering to the fanout pgsaga.dead, bound to
  * queue pgsaga.dead), open channel 1 with publisher confirms, basic.qos
  * prefetch and a consumer on the service's own queue. Publishes are mandatory
@@ -25,7 +30,8 @@
  * the loop as MQ_CONFIRMED with ok set only on the broker's basic.ack of a
  * message that was not returned. A nack, a basic.return, or losing the
  * connection with the message unconfirmed come back with ok false and the
- * reason. While the broker has blocked the connection (connection.blocked),
+ * reason. A channel that refuses REFUSALS_MAX publishes in a row (mq_link.c)
+ * is dropped as a lost connection is. While the broker has blocked the connection (connection.blocked),
  * publishes wait on the thread.
  *
  * Deliveries come to the loop as MQ_DELIVERY and are settled with
@@ -65,6 +71,7 @@ struct mq_msg {
 	long delivery_count;   /* x-delivery-count of a quorum queue, 0 first */
 	/* MQ_STATE */
 	bool up, blocked;
+	char node[80];         /* "host:port" of the node connected to, or tried next */
 	/* publish and delivery */
 	char id[64], type[64], dest[32], traceparent[64];
 	size_t len;
@@ -77,7 +84,8 @@ struct mq_msg *mq_msg_new(size_t len);
 enum mq_settle { MQ_ACK, MQ_REJECT /* no requeue: dead letter */, MQ_REQUEUE };
 
 struct mq_link_opts {
-	const char *url;       /* amqp://user:pass@host:port/vhost (copied) */
+	const char *url;       /* amqp://user:pass@host:port/vhost, or several
+				* nodes of one cluster (mq_nodes.h); copied */
 	const char *service;   /* app_id, and the queue consumed: pgsaga.<service> */
 	const char *const *queues; /* every service's name, NULL-terminated, declared */
 	int prefetch;
@@ -91,6 +99,10 @@ struct mq_link;
  * Returns NULL with a reason in err.
  */
 struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errlen);
+
+/* The i-th node of AMQP_URL as "host:port", NULL past the last (fixed for
+ * the link's life: any thread may ask). */
+const char *mq_link_node(const struct mq_link *l, size_t i);
 
 /* Readable when records are waiting for mq_link_take. */
 int mq_link_fd(const struct mq_link *l);

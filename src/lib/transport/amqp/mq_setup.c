@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "log.h"
+
 bool mq_rpc_ok(amqp_connection_state_t c, const char *what, char *why, size_t whylen)
 {
 	amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
@@ -46,6 +48,16 @@ amqp_table_entry_t mq_entry_str(const char *k, const char *v)
 	return e;
 }
 
+static amqp_table_entry_t entry_int(const char *k, int v)
+{
+	amqp_table_entry_t e;
+
+	e.key = amqp_cstring_bytes(k);
+	e.value.kind = AMQP_FIELD_KIND_I32;
+	e.value.value.i32 = v;
+	return e;
+}
+
 static amqp_table_entry_t entry_bool(const char *k)
 {
 	amqp_table_entry_t e;
@@ -56,12 +68,108 @@ static amqp_table_entry_t entry_bool(const char *k)
 	return e;
 }
 
-/* docs/protocol.md: declared by every service at start; declaring again is harmless. */
-static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
+enum declared { DECLARED, REFUSED, LOST };
+
+static bool channel_closed(amqp_rpc_reply_t r)
+{
+	return r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+	       r.reply.id == AMQP_CHANNEL_CLOSE_METHOD;
+}
+
+/* The broker closed channel ch: acknowledge it so that ch can be opened again. */
+static bool close_ok(amqp_connection_state_t c, amqp_channel_t ch)
+{
+	amqp_channel_close_ok_t ok = { 0 };
+
+	return amqp_send_method(c, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) == AMQP_STATUS_OK;
+}
+
+/*
+ * Queue q, declared with args only when it does not exist yet: the broker
+ * refuses a declaration whose arguments differ from the queue's (a queue
+ * made before x-quorum-initial-group-size was sent, or when AMQP_URL listed
+ * fewer nodes), and the group size only counts at creation anyway. A
+ * passive declaration of a missing queue closes the channel (404 NOT_FOUND):
+ * it is opened again for the real one. REFUSED: the broker closed channel ch
+ * (acknowledged; the reason in why); LOST: the connection failed.
+ */
+static enum declared declare_queue(amqp_connection_state_t c, amqp_channel_t ch, const char *q,
+				   amqp_table_t args, char *why, size_t whylen)
+{
+	char what[80];
+	amqp_rpc_reply_t r;
+
+	snprintf(what, sizeof(what), "declaring queue %s", q);
+	amqp_queue_declare(c, ch, amqp_cstring_bytes(q), 1, 1, 0, 0, amqp_empty_table);
+	r = amqp_get_rpc_reply(c);
+	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+		return DECLARED;
+	mq_rpc_ok(c, what, why, whylen);
+	if (!channel_closed(r))
+		return LOST;
+	if (((amqp_channel_close_t *)r.reply.decoded)->reply_code != AMQP_NOT_FOUND)
+		return close_ok(c, ch) ? REFUSED : LOST;
+	if (!close_ok(c, ch))
+		return LOST;
+	amqp_channel_open(c, ch);
+	if (!mq_rpc_ok(c, "opening a channel", why, whylen))
+		return LOST;
+	amqp_queue_declare(c, ch, amqp_cstring_bytes(q), 0, 1, 0, 0, args);
+	r = amqp_get_rpc_reply(c);
+	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+		return DECLARED;
+	mq_rpc_ok(c, what, why, whylen);
+	return channel_closed(r) && close_ok(c, ch) ? REFUSED : LOST;
+}
+
+/*
+ * pgsaga.dead on its own channel, opened and closed here. Returns false only
+ * when the connection itself failed; a refused declaration is logged.
+ */
+static bool declare_dead(amqp_connection_state_t c, const struct mq_setup *s, char *why,
+			 size_t whylen)
 {
 	amqp_table_entry_t qargs[2] = { mq_entry_str("x-queue-type", "quorum"),
-					mq_entry_str("x-dead-letter-exchange", "pgsaga.dead") };
+					entry_int("x-quorum-initial-group-size", s->group_size) };
 	amqp_table_t qt = { 2, qargs };
+	char what[200];
+
+	amqp_channel_open(c, MQ_CHANNEL_DEAD);
+	if (!mq_rpc_ok(c, "opening a channel", why, whylen))
+		return false;
+	switch (declare_queue(c, MQ_CHANNEL_DEAD, "pgsaga.dead",
+			      s->group_size > 1 ? qt : amqp_empty_table, what, sizeof(what))) {
+	case LOST:
+		snprintf(why, whylen, "%s", what);
+		return false;
+	case REFUSED:
+		log_warn("amqp: %s; the broker keeps no dead letters until that is fixed"
+			 " (docs/operations.md)", what);
+		return true;
+	case DECLARED:
+		break;
+	}
+	amqp_queue_bind(c, MQ_CHANNEL_DEAD, amqp_cstring_bytes("pgsaga.dead"),
+			amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
+	if (!mq_rpc_ok(c, "binding queue pgsaga.dead", what, sizeof(what))) {
+		if (!channel_closed(amqp_get_rpc_reply(c)) || !close_ok(c, MQ_CHANNEL_DEAD)) {
+			snprintf(why, whylen, "%s", what);
+			return false;
+		}
+		log_warn("amqp: %s", what);
+		return true;
+	}
+	amqp_channel_close(c, MQ_CHANNEL_DEAD, AMQP_REPLY_SUCCESS);
+	return mq_rpc_ok(c, "closing a channel", why, whylen);
+}
+
+/* docs/protocol.md: declared by every service at start; a queue that exists is kept. */
+static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
+{
+	amqp_table_entry_t qargs[3] = { mq_entry_str("x-queue-type", "quorum"),
+					mq_entry_str("x-dead-letter-exchange", "pgsaga.dead"),
+					entry_int("x-quorum-initial-group-size", s->group_size) };
+	amqp_table_t qt = { 3, qargs };
 	char q[48];
 
 	amqp_exchange_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga"), amqp_cstring_bytes("direct"),
@@ -72,18 +180,11 @@ static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *w
 			      amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
 	if (!mq_rpc_ok(c, "declaring exchange pgsaga.dead", why, whylen))
 		return false;
-	amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"), 0, 1, 0, 0,
-			   amqp_empty_table);
-	if (!mq_rpc_ok(c, "declaring queue pgsaga.dead", why, whylen))
-		return false;
-	amqp_queue_bind(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
-			amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
-	if (!mq_rpc_ok(c, "binding queue pgsaga.dead", why, whylen))
+	if (!declare_dead(c, s, why, whylen))
 		return false;
 	for (const char *const *svc = s->queues; *svc; svc++) {
 		snprintf(q, sizeof(q), "pgsaga.%s", *svc);
-		amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qt);
-		if (!mq_rpc_ok(c, "declaring a service queue", why, whylen))
+		if (declare_queue(c, MQ_CHANNEL, q, qt, why, whylen) != DECLARED)
 			return false;
 		amqp_queue_bind(c, MQ_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes("pgsaga"),
 				amqp_cstring_bytes(*svc), amqp_empty_table);

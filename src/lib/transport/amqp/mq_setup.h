@@ -7,6 +7,12 @@
  * direct; quorum queues pgsaga.<service> bound by the service's name and
  * dead-lettering to the fanout pgsaga.dead, bound to queue pgsaga.dead),
  * publisher confirms, basic.qos prefetch, and the consumer if asked.
+ * A queue that exists already is kept as it is (a passive declaration
+ * first): the broker refuses a declaration whose arguments differ from the
+ * queue's, e.g. a group size from a longer node list.
+ * pgsaga.dead is declared on a channel of its own (MQ_CHANNEL_DEAD): a
+ * failure there (an older classic pgsaga.dead met by a cluster's quorum
+ * declaration, say) is logged and never keeps a service from its own queue.
  */
 #ifndef PGSAGA_MQ_SETUP_H
 #define PGSAGA_MQ_SETUP_H
@@ -16,6 +22,7 @@
 #include <stddef.h>
 
 #define MQ_CHANNEL 1
+#define MQ_CHANNEL_DEAD 2
 #define MQ_HEARTBEAT_S 10
 #define MQ_RPC_TIMEOUT_S 5
 
@@ -25,6 +32,11 @@ struct mq_setup {
 	const char *const *queues;       /* services whose queues to declare, NULL-ended */
 	int prefetch;
 	const char *consume;             /* the queue to consume, or NULL */
+	/*
+	 * x-quorum-initial-group-size of the queues: the nodes listed in
+	 * AMQP_URL (at most 5). Above 1, pgsaga.dead is a quorum queue too.
+	 */
+	int group_size;
 };
 
 /* A connection ready for use, or NULL with the reason in why. Strings borrowed. */

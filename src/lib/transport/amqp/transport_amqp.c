@@ -28,6 +28,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "mq_link.h"
+#include "mq_nodes.h"
 
 #define MAX_DESTS 8
 #define WINDOW 256
@@ -62,6 +63,8 @@ struct transport_amqp {
 	struct metric_series *m_up, *m_unconfirmed, *m_blocked, *m_confirm;
 	struct metric_series *m_received, *m_acked, *m_rejected, *m_requeued;
 	struct metric_series *m_confirm_ok, *m_confirm_failed;
+	struct metric_series *m_node[MQ_NODES_MAX]; /* saga_broker_node, per node listed */
+	char node[80]; /* the node connected to, or last tried */
 };
 
 static int64_t now_ms(void)
@@ -367,6 +370,12 @@ static void state_changed(struct transport_amqp *a, struct mq_msg *m)
 	bool was_up = a->up;
 
 	a->up = m->up;
+	snprintf(a->node, sizeof(a->node), "%s", m->node);
+	/* with several nodes, last_error says which one failed a publish */
+	if (mq_link_node(a->link, 1))
+		snprintf(a->where, sizeof(a->where), "amqp://%s", m->node);
+	for (size_t i = 0; i < MQ_NODES_MAX && a->m_node[i]; i++)
+		metric_set(a->m_node[i], m->up && strcmp(mq_link_node(a->link, i), m->node) == 0);
 	metric_set(a->m_up, m->up);
 	metric_set(a->m_blocked, m->up && m->blocked);
 	if (m->up && !was_up && a->o.on_up)
@@ -408,6 +417,13 @@ static const char *amqp_broker(const struct transport *t)
 	return ((const struct transport_amqp *)t)->up ? "up" : "down";
 }
 
+static const char *amqp_broker_node(const struct transport *t)
+{
+	const struct transport_amqp *a = (const struct transport_amqp *)t;
+
+	return a->up ? a->node : NULL;
+}
+
 static void amqp_stop(struct transport *t)
 {
 	struct transport_amqp *a = (struct transport_amqp *)t;
@@ -441,8 +457,9 @@ static const char *amqp_breaker(const struct transport *t, const char *dest)
 	return "closed";
 }
 
-static const struct transport_ops amqp_ops = { amqp_send, amqp_idle,  amqp_broker,
-					       amqp_stop, amqp_free, amqp_breaker };
+static const struct transport_ops amqp_ops = { amqp_send, amqp_idle,	 amqp_broker,
+					       amqp_stop, amqp_free, amqp_breaker,
+					       amqp_broker_node };
 
 static void declare_metrics(struct transport_amqp *a)
 {
@@ -465,6 +482,16 @@ static void declare_metrics(struct transport_amqp *a)
 	a->m_confirm = metrics_series(
 		metrics_family("saga_amqp_confirm_seconds", "Time from publish to the broker's confirm",
 			       METRIC_HISTOGRAM), "");
+	for (size_t i = 0; i < MQ_NODES_MAX && mq_link_node(a->link, i); i++) {
+		char labels[120];
+
+		snprintf(labels, sizeof(labels), "node=\"%s\"", mq_link_node(a->link, i));
+		a->m_node[i] = metrics_series(
+			metrics_family("saga_broker_node",
+				       "1 for the node of AMQP_URL connected to, 0 for the others",
+				       METRIC_GAUGE),
+			labels);
+	}
 	a->m_received = metrics_series(d, "outcome=\"received\"");
 	a->m_acked = metrics_series(d, "outcome=\"acked\"");
 	a->m_rejected = metrics_series(d, "outcome=\"rejected\"");
@@ -479,7 +506,6 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 	static const char *const queues[] = { "orchestrator", "payment", "inventory", NULL };
 	struct transport_amqp *a = calloc(1, sizeof(*a));
 	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW };
-	const char *at;
 
 	if (!a)
 		abort();
@@ -491,9 +517,18 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 		free(a);
 		return NULL;
 	}
-	/* where, for last_error: the URL (valid by now) without its credentials */
-	at = strrchr(o->url, '@');
-	snprintf(a->where, sizeof(a->where), "amqp://%s", at ? at + 1 : o->url + 7);
+	/*
+	 * where, for last_error and the instance label of the circuit metric:
+	 * one node's URL (valid by now) without its credentials, as it always
+	 * was; with several, the node in use (the first until connected)
+	 */
+	if (mq_link_node(a->link, 1)) {
+		snprintf(a->where, sizeof(a->where), "amqp://%s", mq_link_node(a->link, 0));
+	} else {
+		const char *at = strrchr(o->url, '@');
+
+		snprintf(a->where, sizeof(a->where), "amqp://%s", at ? at + 1 : o->url + 7);
+	}
 	declare_metrics(a);
 	a->ev = event_new(base, mq_link_fd(a->link), EV_READ | EV_PERSIST, link_cb, a);
 	if (!a->ev || event_add(a->ev, NULL) != 0) {

@@ -1,0 +1,416 @@
+"""Suite 'hosts': the three services over a 3-node RabbitMQ cluster, each
+node on a host of its own (scripts/hosts: network namespaces), with faults
+on purpose while orders keep coming.
+
+Hosts 1-3 run the RabbitMQ nodes (scripts/rabbit-node, a cluster with
+pause_minority); host 4 runs PostgreSQL and the three services, whose
+AMQP_URL lists the three nodes, and this test itself (it moves into host
+4's network namespace once the hosts are up, so its client, psql and the
+services meet on host 4's loopback).
+
+While a client posts orders without pause and records every 201:
+  1. the node the orchestrator is connected to is SIGKILLed, then started
+     again;
+  2. the node the orchestrator is connected to then is cut off from the
+     other two nodes for PARTITION_S (30) seconds, then healed.
+Afterwards: every saga answered 201 is terminal, the audit (sql/audit.sql)
+is clean, no effect ran twice (the audit's checks 4a-4b), no dead letter
+(in the outboxes or in the broker's pgsaga.dead), no service restarted.
+Printed: sagas, the time from the SIGKILL to the orchestrator connected to
+another node and to the first saga completed through the others, inbox
+duplicates absorbed.
+
+Root only: network namespaces. Everything made is removed at the end, and
+by a watchdog (scripts/hosts watch) when this test is SIGKILLed. Takes
+about 7 minutes on a busy 2-core machine, most of it starting RabbitMQ.
+"""
+
+import calendar
+import ctypes
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ops"))
+from opslib import BUILD, SRC, Checks, System, die, request  # noqa: E402
+
+HOSTS = os.path.join(SRC, "scripts", "hosts")
+NODE = os.path.join(SRC, "scripts", "rabbit-node")
+AUDIT = os.path.join(SRC, "scripts", "audit")
+NODES = 3
+APP_HOST = 4
+PARTITION_S = float(os.environ.get("HOSTS_PARTITION_S", "30"))
+COOKIE = "PGSAGAHOSTSTEST"
+CLONE_NEWNET = 0x40000000
+
+
+def log(msg):
+    print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
+
+
+class Cluster:
+    """The hosts and the RabbitMQ nodes on hosts 1..NODES."""
+
+    def __init__(self, root):
+        self.root = root
+        self.hosts = os.path.join(root, "hosts")
+        self.dirs = [os.path.join(root, "rabbit%d" % i) for i in range(1, NODES + 1)]
+        self.addrs = ["10.77.0.%d" % i for i in range(1, NODES + 1)]
+
+    def run(self, *args, check=True, env=None):
+        r = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env)
+        if check and r.returncode != 0:
+            raise RuntimeError("%s failed (%d): %s%s" % (" ".join(args), r.returncode,
+                                                        r.stdout, r.stderr))
+        return r
+
+    def on(self, host, *args, **kw):
+        return self.run(HOSTS, "run", self.hosts, str(host), *args, **kw)
+
+    def up(self):
+        self.run(HOSTS, "up", self.hosts, str(APP_HOST))
+        # a SIGKILL of this test: the watchdog kills what runs on the hosts,
+        # removes them and the nodes' data
+        self.run(HOSTS, "watch", self.hosts, str(os.getpid()),
+                 "bash", "-c", "for d in \"$@\"; do %s destroy \"$d\"; done" % NODE,
+                 "destroy", *self.dirs)
+
+    def node_env(self, i):
+        return dict(os.environ, RABBIT_NODE_IP=self.addrs[i], RABBIT_CLUSTER=" ".join(self.addrs),
+                    RABBIT_COOKIE=COOKIE)
+
+    def start(self, i):
+        self.on(i + 1, NODE, "start", self.dirs[i], "5672", env=self.node_env(i))
+
+    def start_all(self):
+        # the first forms the cluster, the others join it (classic discovery)
+        self.start(0)
+        errs = []
+
+        def one(i):
+            try:
+                self.start(i)
+            except Exception as e:  # noqa: BLE001 - reported below
+                errs.append(str(e))
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(1, NODES)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        if errs:
+            raise RuntimeError("; ".join(errs))
+
+    def kill(self, i):
+        self.on(i + 1, NODE, "kill", self.dirs[i])
+
+    def ctl(self, i, *args):
+        return self.on(i + 1, NODE, "ctl", self.dirs[i], *args, check=False)
+
+    def urls(self):
+        return ",".join("amqp://guest:guest@%s:5672/%%2f" % a for a in self.addrs)
+
+    def down(self):
+        for d in self.dirs:
+            self.run(NODE, "destroy", d, check=False)
+        self.run(HOSTS, "down", self.hosts, check=False)
+
+
+def setns(path):
+    """Moves this process (one thread by then) into the network namespace
+    at path."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            die("setns: %s" % os.strerror(ctypes.get_errno()))
+    finally:
+        os.close(fd)
+
+
+class Client:
+    """Posts orders from a few threads until stopped; records every 201."""
+
+    def __init__(self, sy, threads=3):
+        self.sy = sy
+        self.accepted = {}  # sagaId -> monotonic time of the 201
+        self.errors = 0
+        self.mu = threading.Lock()
+        self.stopping = threading.Event()
+        self.threads = [threading.Thread(target=self.loop, args=(k,)) for k in range(threads)]
+
+    def loop(self, k):
+        n = 0
+        while not self.stopping.is_set():
+            n += 1
+            try:
+                r = self.sy.order(str(uuid.uuid4()), customer="c-%d-%d" % (k, n % 20),
+                                  amount=100 + n % 50)
+            except OSError:
+                r = None
+            with self.mu:
+                if r is not None and r.status == 201:
+                    self.accepted[r.json()["sagaId"]] = time.monotonic()
+                else:
+                    self.errors += 1
+            time.sleep(0.05)
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+
+    def stop(self):
+        self.stopping.set()
+        for t in self.threads:
+            t.join()
+
+    def count(self):
+        with self.mu:
+            return len(self.accepted)
+
+
+def readyz(sy, s="orchestrator"):
+    try:
+        r = request(sy.ports[s], "GET", "/readyz", timeout=5)
+        return r.json() if r.status == 200 else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def wait(cond, timeout, step=0.1):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    return None
+
+
+def node_index(cl, node):
+    for i, a in enumerate(cl.addrs):
+        if node == a + ":5672":
+            return i
+    return None
+
+
+def wait_progress(client, more, timeout):
+    """True when `more` orders more than now got their 201 within timeout."""
+    want = client.count() + more
+    return wait(lambda: client.count() >= want, timeout) is not None
+
+
+def first_completion_after(sy, wall):
+    """Seconds from wall (epoch) to the first saga created after it and
+    completed, or None."""
+    v = sy.scalar("SELECT extract(epoch FROM min(updated_at)) FROM orchestrator.saga_instances"
+                  " WHERE state = 'Completed' AND created_at > to_timestamp(%f)" % wall)
+    return float(v) - wall if v else None
+
+
+def metric_sum(sy, name):
+    total = 0.0
+    for s in sy.ports:
+        r = request(sy.ports[s], "GET", "/metrics")
+        for line in r.body.decode().splitlines():
+            if line.startswith(name + " ") or line.startswith(name + "{"):
+                total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def main():
+    if os.geteuid() != 0:
+        die("the hosts suite makes network namespaces and must run as root (CI does);"
+            " run it with sudo, or leave it out: meson test --no-suite hosts")
+    checks = Checks("hosts-rabbit-cluster")
+    root = os.path.join(BUILD, "tests", "hosts-run", "rabbit-%d" % os.getpid())
+    os.makedirs(root)
+    cl = Cluster(root)
+    t_start = time.monotonic()
+    home_ns = "/proc/%d/ns/net" % os.getpid()
+    home_fd = os.open(home_ns, os.O_RDONLY)  # the machine's, to come back to
+    try:
+        cl.up()
+        log("hosts up; starting a %d-node RabbitMQ cluster" % NODES)
+        cl.start_all()
+        log("cluster up after %.0f s" % (time.monotonic() - t_start))
+        setns("/run/netns/" + cl.run(HOSTS, "ns", cl.hosts, str(APP_HOST)).stdout.strip())
+        env = {s: {"TRANSPORT": "amqp", "AMQP_URL": cl.urls()}
+               for s in ("orchestrator", "payment", "inventory")}
+        with System("hosts_rabbit", env=env) as sy:
+            sy.psql("INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 1000000)"
+                    " ON CONFLICT (item_id) DO UPDATE SET available = 1000000")
+            pids = {s: p.pid for s, p in sy.procs.items()}
+            ok = wait(lambda: readyz(sy).get("broker") == "up", 60)
+            checks.ok(ok, "the orchestrator connects to the cluster")
+            client = Client(sy)
+            client.start()
+            try:
+                run_faults(cl, sy, client, checks)
+            finally:
+                client.stop()
+            log("client stopped: %d sagas answered 201, %d other answers"
+                % (len(client.accepted), client.errors))
+            verify(cl, sy, client, pids, checks)
+            amqp_log(sy)
+    finally:
+        setns("/proc/self/fd/%d" % home_fd)
+        cl.down()
+    log("took %.0f s" % (time.monotonic() - t_start))
+    checks.done()
+
+
+def run_faults(cl, sy, client, checks):
+    checks.ok(wait_progress(client, 30, 120), "orders are accepted before any fault")
+    # 1. SIGKILL the node the orchestrator uses
+    node = readyz(sy).get("brokerNode")
+    victim = node_index(cl, node)
+    checks.ok(victim is not None, "/readyz names a node of the cluster: %r" % node)
+    victim = victim or 0
+    log("SIGKILL of the RabbitMQ node on %s (the orchestrator's)" % cl.addrs[victim])
+    before = time.time()
+    cl.kill(victim)
+    # from when the kill returned: the node's processes are all gone by then
+    t0 = time.monotonic()
+    moved = wait(lambda: (lambda r: r.get("broker") == "up" and r.get("brokerNode") != node
+                          and r.get("brokerNode"))(readyz(sy)), 120)
+    t_move = time.monotonic() - t0
+    checks.ok(moved, "the orchestrator moves to another node after the SIGKILL")
+    checks.ok(wait_progress(client, 30, 120), "orders are accepted after the SIGKILL")
+    # the node died when the orchestrator's connection broke (a socket error,
+    # not a close): the kill script itself may take seconds on a busy machine
+    lost = wait(lambda: link_event(sy, "orchestrator", "connection lost", before), 30, 0.5)
+    checks.ok(lost is not None, "the orchestrator's log tells when its connection broke")
+    lost = lost or before
+    back = link_event(sy, "orchestrator", "connected to", lost)
+    first = wait(lambda: first_completion_after(sy, lost), 120, 0.5)
+    checks.ok(first is not None, "a saga begun after the SIGKILL completes")
+    log("SIGKILL: the orchestrator's connection broke, it was connected to %s %.1f s later"
+        " (%.1f s after the kill command returned); the first saga begun after the break"
+        " completed %.1f s after it" % (moved, (back or lost) - lost, t_move, first or -1))
+    log("starting the killed node again")
+    cl.start(victim)
+    checks.ok(wait(lambda: len(running_nodes(cl, victim)) == NODES, 180, 2),
+              "the restarted node is back in the cluster")
+    checks.ok(wait_progress(client, 30, 120), "orders are accepted with the node back")
+
+    # 2. cut the orchestrator's node off from the other two
+    node = readyz(sy).get("brokerNode")
+    cut = node_index(cl, node)
+    cut = cut if cut is not None else 0
+    others = [str(i + 1) for i in range(NODES) if i != cut]
+    log("partition: %s cut off from the other nodes for %.0f s" % (cl.addrs[cut], PARTITION_S))
+    cl.run(HOSTS, "partition", cl.hosts, str(cut + 1), *others)
+    t1, wall1 = time.monotonic(), time.time()
+    try:
+        moved = wait(lambda: (lambda r: r.get("broker") == "up" and r.get("brokerNode") != node
+                              and r.get("brokerNode"))(readyz(sy)), PARTITION_S, 0.2)
+        t_move = time.monotonic() - t1
+        progressed = wait_progress(client, 10, max(1.0, PARTITION_S - (time.monotonic() - t1)))
+        left = PARTITION_S - (time.monotonic() - t1)
+        if left > 0:
+            time.sleep(left)
+    finally:
+        cl.run(HOSTS, "heal", cl.hosts, str(cut + 1))
+    log("healed; during the partition the orchestrator %s, orders %s"
+        % ("moved to %s after %.1f s" % (moved, t_move) if moved else "stayed",
+           "went on" if progressed else "stalled"))
+    checks.ok(progressed, "orders are accepted during the partition")
+    first = wait(lambda: first_completion_after(sy, wall1), 120, 0.5)
+    checks.ok(first is not None, "a saga begun after the partition started completes")
+    log("partition: first saga begun after the cut completed %.1f s after it" % (first or -1))
+    checks.ok(wait(lambda: len(running_nodes(cl, cut)) == NODES, 180, 2),
+              "the cut-off node is back in the cluster after the heal")
+    checks.ok(wait_progress(client, 30, 120), "orders are accepted after the heal")
+
+
+def running_nodes(cl, i):
+    """The nodes node i sees running, as a list of names."""
+    r = cl.ctl(i, "cluster_status", "--formatter", "json")
+    try:
+        return json.loads(r.stdout).get("running_nodes", []) if r.returncode == 0 else []
+    except ValueError:
+        return []
+
+
+def link_event(sy, s, what, after):
+    """Epoch time of the first "amqp: <what>" line of service s logged after
+    `after`, or None."""
+    try:
+        with open(sy.log_path(s), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if '"amqp: ' + what not in line:
+                    continue
+                ts = json.loads(line).get("ts", "")
+                t = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
+                t += float("0" + ts[19:23]) if ts[19:20] == "." else 0.0
+                if t > after:
+                    return t
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def amqp_log(sy):
+    """What the links said: when each lost its node and where it went."""
+    for s in sy.ports:
+        try:
+            with open(sy.log_path(s), encoding="utf-8", errors="replace") as f:
+                lines = [line.strip() for line in f if '"amqp: ' in line]
+        except OSError:
+            continue
+        for line in lines[-12:]:
+            print("%s: %s" % (s, line[:300]), flush=True)
+
+
+def verify(cl, sy, client, pids, checks):
+    ids = list(client.accepted)
+    terminal = "('Completed', 'Failed', 'Compensated')"
+    path = os.path.join(sy.root, "accepted.sql")
+    with open(path, "w") as f:
+        f.write("\\pset format unaligned\n\\pset tuples_only on\n")
+        f.write("CREATE TEMP TABLE accepted (saga_id uuid PRIMARY KEY);\n")
+        f.write("COPY accepted FROM stdin;\n%s\n\\.\n" % "\n".join(ids))
+        f.write("SELECT count(*) FILTER (WHERE s.state IN %s), count(s.saga_id),"
+                " count(*) FILTER (WHERE s.state = 'Completed') FROM accepted a"
+                " LEFT JOIN orchestrator.saga_instances s USING (saga_id);\n" % terminal)
+
+    def counts():
+        out = sy.psql_file(path).strip().splitlines()[-1].split("|")
+        return [int(x) for x in out]
+    done = wait(lambda: counts()[0] == len(ids), 300, 1)
+    term, found, completed = counts()
+    checks.ok(found == len(ids), "every saga answered 201 exists: %d of %d" % (found, len(ids)))
+    checks.ok(done, "every saga answered 201 is terminal: %d of %d" % (term, len(ids)))
+    r = subprocess.run([AUDIT, sy.url()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    checks.ok(r.returncode == 0, "the audit is clean (no effect twice, balances to the unit)")
+    if r.returncode != 0:
+        print(r.stdout, flush=True)
+    dead = int(sy.scalar("SELECT (SELECT count(*) FROM orchestrator.outbox_messages"
+                         " WHERE dead_at IS NOT NULL) + (SELECT count(*) FROM"
+                         " payment.outbox_messages WHERE dead_at IS NOT NULL) + (SELECT"
+                         " count(*) FROM inventory.outbox_messages WHERE dead_at IS NOT NULL)"))
+    checks.ok(dead == 0, "no dead letter in the outboxes: %d" % dead)
+    q = cl.ctl(0, "list_queues", "-q", "--no-table-headers", "name", "messages", "type")
+    dead_q = [line.split() for line in q.stdout.splitlines() if line.startswith("pgsaga.dead")]
+    checks.ok(q.returncode == 0 and dead_q and dead_q[0][1] == "0",
+              "pgsaga.dead is empty: %r" % q.stdout)
+    checks.ok(q.returncode == 0 and all(line.split()[2] == "quorum"
+                                        for line in q.stdout.splitlines() if line.strip()),
+              "every queue is a quorum queue: %r" % q.stdout)
+    for s, p in sy.procs.items():
+        checks.ok(p.poll() is None and p.pid == pids[s], "saga-%s never restarted" % s)
+    dups = metric_sum(sy, "saga_inbox_duplicates_total")
+    log("RESULT sagas=%d completed=%d other-answers=%d inbox-duplicates-absorbed=%.0f"
+        % (len(ids), completed, client.errors, dups))
+    print(json.dumps({"sagas": len(ids), "completed": completed, "errors": client.errors,
+                      "inbox_duplicates": dups}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
