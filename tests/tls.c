@@ -175,6 +175,8 @@ static void client_without_cert(void)
 	harness_https(path_in(dir, "ca.crt"), NULL, NULL);
 }
 
+#define ADMIN_TOKEN "console-token-0123456789"
+
 static void start_all_tls(const char *more_pay)
 {
 	const char *ca = path_in(dir, "ca.crt");
@@ -182,7 +184,7 @@ static void start_all_tls(const char *more_pay)
 	client_with_cert();
 	env_start(&env, SVC_INV, tls_vars(SVC_INV, ca, ca, NULL));
 	env_start(&env, SVC_PAY, tls_vars(SVC_PAY, ca, ca, more_pay));
-	env_start(&env, SVC_ORCH, tls_vars(SVC_ORCH, ca, ca, NULL));
+	env_start(&env, SVC_ORCH, tls_vars(SVC_ORCH, ca, ca, "ADMIN_TOKEN=" ADMIN_TOKEN));
 }
 
 static void seed_stock(const char *item, int n)
@@ -355,6 +357,18 @@ START_TEST(saga_over_https_with_client_certs)
 	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "GET", "/healthz", NULL, NULL, 0, &r), 0);
 	ck_assert_int_eq(r.status, 200);
 	char *sts = http_header(&r, "Strict-Transport-Security");
+	ck_assert_ptr_nonnull(sts);
+	free(sts);
+	http_resp_free(&r);
+	/* the console's cookie is Secure */
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/admin/session", NULL,
+				 "{\"token\":\"" ADMIN_TOKEN "\"}", (size_t)-1, &r), 0);
+	ck_assert_int_eq(r.status, 200);
+	char *cookie = http_header(&r, "Set-Cookie");
+	ck_assert_ptr_nonnull(cookie);
+	ck_assert_msg(strstr(cookie, "; Secure"), "%s", cookie);
+	free(cookie);
+	sts = http_header(&r, "Strict-Transport-Security");
 	ck_assert_ptr_nonnull(sts);
 	free(sts);
 	http_resp_free(&r);
