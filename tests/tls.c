@@ -694,7 +694,7 @@ END_TEST
 
 START_TEST(database_password_appears_nowhere)
 {
-	char marker[64], urls[SVC_COUNT][700], vars[SVC_COUNT][720], out[65536], saga[UUID_STR_LEN];
+	char marker[80], urls[SVC_COUNT][700], vars[SVC_COUNT][720], out[65536], saga[UUID_STR_LEN];
 	char bad[300];
 	struct http_resp r;
 
