@@ -1,5 +1,5 @@
 /*
- * Admin API tests (SPEC §9): the three real services with ADMIN_TOKEN set,
+ * Admin API tests (docs/protocol.md): the three real services with ADMIN_TOKEN set,
  * on a throwaway PostgreSQL cluster, over real sockets. Sign-in, the CSRF
  * header, which token opens what, and the JSON API.
  */
@@ -16,7 +16,7 @@
 #include "metrics_reader.h"
 #include "uuid.h"
 
-/* short on purpose: SPEC sets no minimum, so a short token only earns a
+/* short on purpose: no minimum length is promised, so a short token only earns a
  * warning, and every test here starts the services with one */
 #define ADMIN_TOKEN "admin"
 
@@ -546,7 +546,7 @@ static struct json_object *find_msg(struct json_object *saga, const char *servic
 /*
  * The saga's detail lists its undelivered outbox row of type: pending
  * (dead false) or dead. Those rows are read apart from the delivered ones,
- * whose index holds nothing else (migration 007).
+ * whose index holds nothing else (outbox_messages_saga_idx).
  */
 static void expect_undelivered(const char *saga, const char *type, bool dead)
 {

@@ -25,7 +25,7 @@ static struct {
 	bool sweeping;
 } E;
 
-/* See saga_apply in sql/orchestrator/002_saga.sql. */
+/* See saga_apply in sql/orchestrator/005_saga_functions.sql. */
 static const char apply_sql[] =
 	"SELECT * FROM saga_apply($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11,"
 	"                         $12::jsonb, $13::boolean, $14::int)";
@@ -206,7 +206,7 @@ void saga_handle_event(struct inmsg m, const char *type)
 		inmsg_error(m, 404, "unknown_type", "unknown event type");
 		return;
 	}
-	/* SPEC §5: the failures carry a reason; without it the event is malformed
+	/* docs/protocol.md: the failures carry a reason; without it the event is malformed
 	 * whatever the saga's state, so it is refused before the state is read */
 	needs_reason = ev == SAGA_PAYMENT_FAILED || ev == SAGA_INVENTORY_RESERVATION_FAILED;
 	body = inmsg_body(m, &len);

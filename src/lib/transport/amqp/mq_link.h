@@ -17,7 +17,7 @@
  * is buffered) and wakes at least every HEARTBEAT_S/2 to serve heartbeats.
  *
  * What the thread does: connect with backoff (100 ms doubling to 5 s, with
- * jitter; mq_setup.h), declare the topology of SPEC §8 (exchange pgsaga direct, quorum
+ * jitter; mq_setup.h), declare the topology of docs/protocol.md (exchange pgsaga direct, quorum
  * queues pgsaga.<service> dead-lettering to the fanout pgsaga.dead, bound to
  * queue pgsaga.dead), open channel 1 with publisher confirms, basic.qos
  * prefetch and a consumer on the service's own queue. Publishes are mandatory

@@ -56,7 +56,7 @@ static amqp_table_entry_t entry_bool(const char *k)
 	return e;
 }
 
-/* SPEC §8: declared by every service at start; declaring again is harmless. */
+/* docs/protocol.md: declared by every service at start; declaring again is harmless. */
 static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
 {
 	amqp_table_entry_t qargs[2] = { mq_entry_str("x-queue-type", "quorum"),

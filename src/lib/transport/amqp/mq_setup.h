@@ -3,7 +3,7 @@
  * mq_link thread (every call blocks; each step is bounded by
  * MQ_RPC_TIMEOUT_S): TCP, a login that advertises the capabilities the link
  * relies on (connection.blocked, consumer_cancel_notify, publisher_confirms,
- * basic.nack), channel MQ_CHANNEL, the topology of SPEC §8 (exchange pgsaga
+ * basic.nack), channel MQ_CHANNEL, the topology of docs/protocol.md (exchange pgsaga
  * direct; quorum queues pgsaga.<service> bound by the service's name and
  * dead-lettering to the fanout pgsaga.dead, bound to queue pgsaga.dead),
  * publisher confirms, basic.qos prefetch, and the consumer if asked.
