@@ -182,6 +182,7 @@ void admin_api_open(const struct admin_ctx *ctx)
 		.timeout_ms = ctx->http_timeout_ms,
 		.breaker_failures = 3,
 		.breaker_open_ms = 2000,
+		.tls = ctx->tls,
 	};
 	char err[256];
 

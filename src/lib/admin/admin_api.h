@@ -57,6 +57,7 @@ struct admin_ctx {
 	const char *const *peer_urls;  /* and their base URL lists */
 	size_t npeers;
 	int http_timeout_ms;
+	struct tls *tls;               /* for https:// peers (tls.h) */
 };
 
 /*

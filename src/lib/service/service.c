@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
+#include "tls.h"
 #include "version.h"
 #include "transport_amqp.h"
 #include "uuid.h"
@@ -43,14 +44,14 @@ static size_t common_vars(struct service *service, struct envcfg_var *v)
 
 #define VAR(...) (v[n++] = (struct envcfg_var){ __VA_ARGS__ })
 	VAR("DATABASE_URL", ENVCFG_STRING, &service->database_url, NULL, 0, 0,
-	    "libpq connection string or URI; connect as this service's role");
+	    "libpq connection string or URI; connect as this service's role", false, true);
 	VAR("LISTEN_ADDR", ENVCFG_STRING, &service->listen_addr, service->spec->default_addr, 0, 0,
 	    "host:port of the HTTP server");
 	VAR("INTERNAL_TOKEN", ENVCFG_STRING, &service->token, NULL, 0, 0,
-	    "shared secret for internal endpoints (Authorization: Bearer)", true);
+	    "shared secret for internal endpoints (Authorization: Bearer)", true, true);
 	VAR("ADMIN_TOKEN", ENVCFG_STRING, &service->admin_token, "", 0, 0,
 	    "secret for the admin API and console (16 characters or more, else a warning); "
-	    "unset: both off");
+	    "unset: both off", false, true);
 	VAR("DISPATCH_BATCH", ENVCFG_INT, &service->batch, "64", 1, 1000, "outbox rows claimed per round");
 	VAR("RETRY_MAX_ATTEMPTS", ENVCFG_INT, &service->retry_max, "10", 1, 1000000,
 	    "delivery attempts before a message is a dead letter");
@@ -78,9 +79,20 @@ static size_t common_vars(struct service *service, struct envcfg_var *v)
 	    "how messages travel: http or amqp (all services alike)");
 	VAR("AMQP_URL", ENVCFG_STRING, &service->amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f", 0,
 	    0, "the broker, amqp://user:password@host:port/vhost, or the nodes of one cluster"
-	    " separated by commas (TRANSPORT=amqp)");
+	    " separated by commas (TRANSPORT=amqp)", false, true);
 	VAR("AMQP_PREFETCH", ENVCFG_INT, &service->amqp_prefetch, "64", 1, 65535,
 	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
+	VAR("TLS_CERT_FILE", ENVCFG_STRING, &service->tls_cert_file, "", 0, 0,
+	    "PEM certificate chain: with TLS_KEY_FILE the listener is HTTPS only, and it is "
+	    "the client certificate toward https:// peers");
+	VAR("TLS_KEY_FILE", ENVCFG_STRING, &service->tls_key_file, "", 0, 0,
+	    "PEM private key of TLS_CERT_FILE");
+	VAR("TLS_CA_FILE", ENVCFG_STRING, &service->tls_ca_file, "", 0, 0,
+	    "PEM bundle that verifies https:// peers and amqps:// brokers; unset: the "
+	    "system's trust store");
+	VAR("TLS_CLIENT_CA_FILE", ENVCFG_STRING, &service->tls_client_ca_file, "", 0, 0,
+	    "PEM bundle that verifies client certificates; set: internal endpoints need one "
+	    "(403 client_certificate_required)");
 	VAR("LOG_LEVEL", ENVCFG_STRING, &service->log_level, "info", 0, 0,
 	    "debug, info, warn or error");
 	if (service->spec->faults) {
@@ -132,6 +144,7 @@ static int open_peers(struct service *service, char *err, size_t errlen)
 		.timeout_ms = (int)service->http_timeout_ms,
 		.breaker_failures = (int)service->breaker_failures,
 		.breaker_open_ms = (int)service->breaker_open_ms,
+		.tls = service->tls,
 	};
 
 	service->peers = calloc(service->spec->npeers + 1, sizeof(*service->peers));
@@ -155,6 +168,22 @@ static int open_peers(struct service *service, char *err, size_t errlen)
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg);
+
+/*
+ * SIGHUP: certificate rotation. The files are read on the loop (a few
+ * small files); connections already open keep their contexts.
+ */
+static void on_hup(evutil_socket_t sig, short what, void *arg)
+{
+	struct service *service = arg;
+	char err[512];
+
+	if (tls_reload(service->tls, err, sizeof(err)) != 0) {
+		log_error("SIGHUP: TLS files not reloaded, the old ones stay in use: %s", err);
+		return;
+	}
+	log_info("SIGHUP: TLS files reloaded");
+}
 
 /*
  * Empty means unset; a set one must differ from INTERNAL_TOKEN. No minimum
@@ -404,6 +433,13 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 			 gauge_pool_busy, service->pool);
 	metrics_gauge_fn("saga_db_pool_waiting", "Statements waiting for a pool connection", "",
 			 gauge_pool_waiting, service->pool);
+	struct tls_files tf = { service->tls_cert_file, service->tls_key_file,
+				service->tls_ca_file, service->tls_client_ca_file };
+	service->tls = tls_new(&tf, err, sizeof(err));
+	if (!service->tls) {
+		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
+		return 2;
+	}
 	if (open_peers(service, err, sizeof(err)) != 0) {
 		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
 		return 2;
@@ -435,6 +471,7 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
 		return 1;
 	}
+	httpd_set_tls(service->httpd, service->tls);
 	if (service->admin_token) {
 		struct admin_ctx ac = {
 			.service = spec->service,
@@ -449,14 +486,21 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 			.peer_urls = service->urls,
 			.npeers = spec->npeers,
 			.http_timeout_ms = (int)service->http_timeout_ms,
+			.tls = service->tls,
 		};
 		admin_enable(&ac);
 	}
 	service->sig_term = evsignal_new(service->base, SIGTERM, on_signal, service);
 	service->sig_int = evsignal_new(service->base, SIGINT, on_signal, service);
+	service->sig_hup = evsignal_new(service->base, SIGHUP, on_hup, service);
 	evsignal_add(service->sig_term, NULL);
 	evsignal_add(service->sig_int, NULL);
-	log_info("listening on %s:%d", host, httpd_port(service->httpd));
+	evsignal_add(service->sig_hup, NULL);
+	log_info("listening on %s:%d (%s)", host, httpd_port(service->httpd),
+		 tls_server_on(service->tls) ? tls_client_certs_on(service->tls)
+						       ? "https, client certificates checked"
+						       : "https"
+					     : "http");
 	return 0;
 }
 
@@ -510,6 +554,8 @@ void service_free(struct service *service)
 		event_free(service->sig_term);
 	if (service->sig_int)
 		event_free(service->sig_int);
+	if (service->sig_hup)
+		event_free(service->sig_hup);
 	httpd_free(service->httpd);
 	admin_disable();
 	outbox_free(service->outbox);
@@ -523,6 +569,8 @@ void service_free(struct service *service)
 	db_pool_free(service->pool);
 	if (service->base)
 		event_base_free(service->base);
+	tls_free(service->tls); /* after the connections, freed with the base */
 	free(service->all_routes);
 	metrics_free_all();
+	envcfg_release();
 }
