@@ -1,7 +1,8 @@
 """Upgrade from the previous release (issue 19), suite 'upgrade'.
 
-Builds the previous release (PREVIOUS below) from this repository's own
-history, in a git worktree cached in the build tree, and then, on one
+Builds the previous release (the newest before this one that CHANGELOG.md
+names) from this repository's own history, in a git worktree cached in the
+build tree, and then, on one
 private PostgreSQL cluster:
 
   (a) a database that the previous release's binaries made and ran, with
@@ -54,10 +55,36 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from opslib import (BUILD, SRC, SERVICES, PEERS, PEER_ENV, Checks, die, free_port,  # noqa: E402
                     request, _die_with_parent)
 
-# The release this tree upgrades from, and the commit it was made from.
-# From 1.0.0 on: the newest release named in CHANGELOG.md.
-PREVIOUS = "0.9.0"
-PREVIOUS_COMMIT = "23169bd"
+def previous_release():
+    """The release this tree upgrades from, and its commit: the newest release
+    CHANGELOG.md names other than this tree's own version (meson.build). A
+    heading names its commit ("## 0.9.0 — commit 23169bd") or its tag ("## 1.0.0
+    — the commit tagged `v1.0.0`"), so every release is checked against the one
+    before it."""
+    with open(os.path.join(SRC, "meson.build")) as f:
+        m = re.search(r"version\s*:\s*'([0-9.]+)'", f.read())
+    if not m:
+        die("meson.build: no project version")
+    current = m.group(1)
+    with open(os.path.join(SRC, "CHANGELOG.md")) as f:
+        for line in f:
+            h = re.match(r"## ([0-9]+\.[0-9]+\.[0-9]+) — (?:commit ([0-9a-f]{7,40})"
+                         r"|the commit tagged `(v[0-9.]+)`)", line)
+            if not h or h.group(1) == current:
+                continue
+            if h.group(2):
+                return h.group(1), h.group(2)
+            r = subprocess.run(["git", "-C", SRC, "rev-parse", "--short=12",
+                                h.group(3) + "^{commit}"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+            if r.returncode != 0:
+                die("CHANGELOG.md: tag %s of release %s is not in the repository"
+                    % (h.group(3), h.group(1)))
+            return h.group(1), r.stdout.strip()
+    die("CHANGELOG.md names no release before %s" % current)
+
+
+PREVIOUS, PREVIOUS_COMMIT = previous_release()
 
 TOKEN = "upgrade-test-token"
 ADMIN_TOKEN = "upgrade-test-admin-token-0123456789"
