@@ -244,6 +244,12 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	    0, "the broker, amqp://user:password@host:port/vhost (TRANSPORT=amqp)");
 	VAR("AMQP_PREFETCH", ENVCFG_INT, &app->amqp_prefetch, "64", 1, 65535,
 	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
+	VAR("TLS_CERT_FILE", ENVCFG_STRING, &app->tls_cert_file, "", 0, 0,
+	    "PEM certificate chain presented to amqps:// brokers as the client certificate");
+	VAR("TLS_KEY_FILE", ENVCFG_STRING, &app->tls_key_file, "", 0, 0,
+	    "PEM private key of TLS_CERT_FILE");
+	VAR("TLS_CA_FILE", ENVCFG_STRING, &app->tls_ca_file, "", 0, 0,
+	    "PEM bundle that verifies amqps:// brokers (host name included); unset: the system's");
 	VAR("LOG_LEVEL", ENVCFG_STRING, &app->log_level, "info", 0, 0,
 	    "debug, info, warn or error");
 	if (app->spec->faults) {
@@ -474,6 +480,9 @@ static int open_transport(struct app *app, char *err, size_t errlen)
 		.dests = app->dests,
 		.ndests = app->spec->npeers,
 		.prefetch = (int)app->amqp_prefetch,
+		.tls_ca = app->tls_ca_file,
+		.tls_cert = app->tls_cert_file,
+		.tls_key = app->tls_key_file,
 		.breaker_failures = (int)app->breaker_failures,
 		.breaker_open_ms = (int)app->breaker_open_ms,
 		.retry_base_ms = (int)app->retry_base_ms,

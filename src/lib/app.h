@@ -63,6 +63,7 @@ struct app {
 	const char *log_level;
 	const char *transport_name, *amqp_url;
 	int64_t amqp_prefetch;
+	const char *tls_cert_file, *tls_key_file, *tls_ca_file; /* "" when unset */
 	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
 	int64_t breaker_failures, breaker_open_ms, pool_size, db_writers, retention_s,
 		mark_window_ms;

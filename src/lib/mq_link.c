@@ -44,6 +44,7 @@ struct mq_link {
 	struct amqp_connection_info ci;
 	char service[32], queue[48];
 	char **queues;
+	char *tls_ca, *tls_cert, *tls_key; /* NULL: unset */
 	int prefetch, window;
 	amqp_connection_state_t conn;
 	uint64_t generation, seq;
@@ -200,8 +201,8 @@ static void thread_confirm(struct mq_link *l, struct mq_msg *m, bool ok, const c
 static void thread_connect(struct mq_link *l, bool consume)
 {
 	const struct mq_setup setup = { &l->ci, l->service, (const char *const *)l->queues,
-					l->prefetch,
-					consume ? l->queue : NULL };
+					l->prefetch, consume ? l->queue : NULL,
+					l->tls_ca, l->tls_cert, l->tls_key };
 
 	l->why[0] = '\0';
 	l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
@@ -568,6 +569,24 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
+static char *dup_or_null(const char *s)
+{
+	char *d;
+
+	if (!s || !*s)
+		return NULL;
+	if (!(d = strdup(s)))
+		abort();
+	return d;
+}
+
+static void free_tls(struct mq_link *l)
+{
+	free(l->tls_ca);
+	free(l->tls_cert);
+	free(l->tls_key);
+}
+
 struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errlen)
 {
 	struct mq_link *l = calloc(1, sizeof(*l));
@@ -579,8 +598,9 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 	if (!l->url)
 		abort();
 	amqp_default_connection_info(&l->ci);
-	if (amqp_parse_url(l->url, &l->ci) != AMQP_STATUS_OK || l->ci.ssl) {
-		snprintf(err, errlen, "AMQP_URL: expected amqp://user:password@host:port/vhost");
+	if (amqp_parse_url(l->url, &l->ci) != AMQP_STATUS_OK) {
+		snprintf(err, errlen,
+			 "AMQP_URL: expected amqp://user:password@host:port/vhost (or amqps://)");
 		free(l->url);
 		free(l);
 		return NULL;
@@ -595,6 +615,9 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 	for (size_t i = 0; i < nq; i++)
 		if (!(l->queues[i] = strdup(o->queues[i])))
 			abort();
+	l->tls_ca = dup_or_null(o->tls_ca);
+	l->tls_cert = dup_or_null(o->tls_cert);
+	l->tls_key = dup_or_null(o->tls_key);
 	l->prefetch = o->prefetch;
 	l->window = o->window;
 	l->backoff_ms = RECONNECT_MIN_MS;
@@ -611,6 +634,7 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 		for (size_t i = 0; i < nq; i++)
 			free(l->queues[i]);
 		free(l->queues);
+		free_tls(l);
 		free(l->url);
 		free(l);
 		return NULL;
@@ -645,6 +669,7 @@ void mq_link_free(struct mq_link *l)
 	for (char **q = l->queues; *q; q++)
 		free(*q);
 	free(l->queues);
+	free_tls(l);
 	close(l->loop_fd);
 	close(l->wake_fd);
 	pthread_mutex_destroy(&l->mu);

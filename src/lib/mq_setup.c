@@ -1,9 +1,17 @@
 /* mq_setup: see mq_setup.h. */
 #include "mq_setup.h"
 
+#include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
 
 bool mq_rpc_ok(amqp_connection_state_t c, const char *what, char *why, size_t whylen)
 {
@@ -56,40 +64,153 @@ static amqp_table_entry_t entry_bool(const char *k)
 	return e;
 }
 
-/* SPEC §8: declared by every service at start; declaring again is harmless. */
-static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
+/* A service queue: durable, quorum, dead-lettering to pgsaga.dead, bound to
+ * pgsaga with the service's name as routing key. */
+static bool declare_queue(amqp_connection_state_t c, amqp_channel_t ch, const char *svc,
+			  char *why, size_t whylen)
 {
 	amqp_table_entry_t qargs[2] = { mq_entry_str("x-queue-type", "quorum"),
 					mq_entry_str("x-dead-letter-exchange", "pgsaga.dead") };
 	amqp_table_t qt = { 2, qargs };
-	char q[48];
+	char q[48], what[96];
 
+	snprintf(q, sizeof(q), "pgsaga.%s", svc);
+	snprintf(what, sizeof(what), "declaring queue %s", q);
+	amqp_queue_declare(c, ch, amqp_cstring_bytes(q), 0, 1, 0, 0, qt);
+	if (!mq_rpc_ok(c, what, why, whylen))
+		return false;
+	snprintf(what, sizeof(what), "binding queue %s", q);
+	amqp_queue_bind(c, ch, amqp_cstring_bytes(q), amqp_cstring_bytes("pgsaga"),
+			amqp_cstring_bytes(svc), amqp_empty_table);
+	return mq_rpc_ok(c, what, why, whylen);
+}
+
+/* The channel was closed by the broker (a refusal): acknowledge that. */
+static void close_ok(amqp_connection_state_t c, amqp_channel_t ch)
+{
+	amqp_channel_close_ok_t ok = { 0 };
+
+	amqp_send_method(c, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+}
+
+/*
+ * After a failed declaration on the spare channel: true (go on, with the
+ * channel open again) when the broker refused it for want of rights; false
+ * when the connection is no longer usable.
+ */
+static bool refused_for_rights(amqp_connection_state_t c, char *why, size_t whylen)
+{
+	amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+
+	if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD ||
+	    ((amqp_channel_close_t *)r.reply.decoded)->reply_code != AMQP_ACCESS_REFUSED)
+		return false;
+	close_ok(c, MQ_SPARE_CHANNEL);
+	log_info("amqp: %s; going on without it (this RabbitMQ user may not declare it)", why);
+	amqp_channel_open(c, MQ_SPARE_CHANNEL);
+	return mq_rpc_ok(c, "reopening the spare channel", why, whylen);
+}
+
+/* The shared topology on the spare channel, each piece only where permitted. */
+static bool declare_shared(amqp_connection_state_t c, const struct mq_setup *s, char *why,
+			   size_t whylen)
+{
+	const amqp_channel_t ch = MQ_SPARE_CHANNEL;
+	bool ok;
+
+	amqp_channel_open(c, ch);
+	if (!mq_rpc_ok(c, "opening the spare channel", why, whylen))
+		return false;
+	amqp_exchange_declare(c, ch, amqp_cstring_bytes("pgsaga.dead"), amqp_cstring_bytes("fanout"),
+			      0, 1, 0, 0, amqp_empty_table);
+	ok = mq_rpc_ok(c, "declaring exchange pgsaga.dead", why, whylen);
+	if (ok) {
+		amqp_queue_declare(c, ch, amqp_cstring_bytes("pgsaga.dead"), 0, 1, 0, 0,
+				   amqp_empty_table);
+		ok = mq_rpc_ok(c, "declaring queue pgsaga.dead", why, whylen);
+	}
+	if (ok) {
+		amqp_queue_bind(c, ch, amqp_cstring_bytes("pgsaga.dead"),
+				amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
+		ok = mq_rpc_ok(c, "binding queue pgsaga.dead", why, whylen);
+	}
+	if (!ok && !refused_for_rights(c, why, whylen))
+		return false;
+	for (const char *const *svc = s->queues; *svc; svc++) {
+		if (strcmp(*svc, s->service) == 0)
+			continue;
+		if (!declare_queue(c, ch, *svc, why, whylen) && !refused_for_rights(c, why, whylen))
+			return false;
+	}
+	amqp_channel_close(c, ch, AMQP_REPLY_SUCCESS);
+	return mq_rpc_ok(c, "closing the spare channel", why, whylen);
+}
+
+/* Declared at every start; declaring again is harmless. See mq_setup.h. */
+static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
+{
 	amqp_exchange_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga"), amqp_cstring_bytes("direct"),
 			      0, 1, 0, 0, amqp_empty_table);
 	if (!mq_rpc_ok(c, "declaring exchange pgsaga", why, whylen))
 		return false;
-	amqp_exchange_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
-			      amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-	if (!mq_rpc_ok(c, "declaring exchange pgsaga.dead", why, whylen))
+	if (!declare_queue(c, MQ_CHANNEL, s->service, why, whylen))
 		return false;
-	amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"), 0, 1, 0, 0,
-			   amqp_empty_table);
-	if (!mq_rpc_ok(c, "declaring queue pgsaga.dead", why, whylen))
+	why[0] = '\0';
+	if (!declare_shared(c, s, why, whylen))
 		return false;
-	amqp_queue_bind(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
-			amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
-	if (!mq_rpc_ok(c, "binding queue pgsaga.dead", why, whylen))
+	why[0] = '\0';
+	return true;
+}
+
+static bool is_ip(const char *host)
+{
+	unsigned char buf[16];
+
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* amqps: the socket's OpenSSL context, set up as mq_setup.h says. */
+static bool tls_setup(amqp_socket_t *sock, const struct mq_setup *s, char *why, size_t whylen)
+{
+	SSL_CTX *ctx = amqp_ssl_socket_get_context(sock);
+	X509_VERIFY_PARAM *vp;
+	int rc;
+
+	if (!ctx) {
+		snprintf(why, whylen, "TLS: no OpenSSL context");
 		return false;
-	for (const char *const *svc = s->queues; *svc; svc++) {
-		snprintf(q, sizeof(q), "pgsaga.%s", *svc);
-		amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(q), 0, 1, 0, 0, qt);
-		if (!mq_rpc_ok(c, "declaring a service queue", why, whylen))
-			return false;
-		amqp_queue_bind(c, MQ_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes("pgsaga"),
-				amqp_cstring_bytes(*svc), amqp_empty_table);
-		if (!mq_rpc_ok(c, "binding a service queue", why, whylen))
-			return false;
 	}
+	/* the library's own host name check knows DNS names only: OpenSSL's below */
+	amqp_ssl_socket_set_verify_peer(sock, 1);
+	amqp_ssl_socket_set_verify_hostname(sock, 0);
+	rc = amqp_ssl_socket_set_ssl_versions(sock, AMQP_TLSv1_2, AMQP_TLSvLATEST);
+	if (rc != AMQP_STATUS_OK) {
+		snprintf(why, whylen, "TLS: %s", amqp_error_string2(rc));
+		return false;
+	}
+	if (s->tls_ca && *s->tls_ca) {
+		if (amqp_ssl_socket_set_cacert(sock, s->tls_ca) != AMQP_STATUS_OK) {
+			snprintf(why, whylen, "TLS_CA_FILE %s: cannot load it", s->tls_ca);
+			return false;
+		}
+	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+		snprintf(why, whylen, "TLS: the system's trust store cannot be loaded");
+		return false;
+	}
+	if (s->tls_cert && *s->tls_cert && s->tls_key && *s->tls_key &&
+	    amqp_ssl_socket_set_key(sock, s->tls_cert, s->tls_key) != AMQP_STATUS_OK) {
+		snprintf(why, whylen, "TLS_CERT_FILE %s / TLS_KEY_FILE %s: cannot load them",
+			 s->tls_cert, s->tls_key);
+		return false;
+	}
+	vp = SSL_CTX_get0_param(ctx);
+	rc = is_ip(s->ci->host) ? X509_VERIFY_PARAM_set1_ip_asc(vp, s->ci->host)
+				: X509_VERIFY_PARAM_set1_host(vp, s->ci->host, 0);
+	if (rc != 1) {
+		snprintf(why, whylen, "TLS: cannot check the host name %s", s->ci->host);
+		return false;
+	}
+	ERR_clear_error();
 	return true;
 }
 
@@ -112,17 +233,22 @@ amqp_connection_state_t mq_setup_open(const struct mq_setup *s, char *why, size_
 	props[0].value.kind = AMQP_FIELD_KIND_TABLE;
 	props[0].value.value.table = (amqp_table_t){ 4, caps };
 	props[1] = mq_entry_str("connection_name", s->service);
-	sock = amqp_tcp_socket_new(c);
+	sock = s->ci->ssl ? amqp_ssl_socket_new(c) : amqp_tcp_socket_new(c);
 	if (!sock) {
 		snprintf(why, whylen, "cannot create a socket");
 		goto fail;
 	}
+	if (s->ci->ssl && !tls_setup(sock, s, why, whylen))
+		goto fail;
 	amqp_set_handshake_timeout(c, &tv);
 	amqp_set_rpc_timeout(c, &tv);
 	rc = amqp_socket_open_noblock(sock, s->ci->host, s->ci->port, &tv);
 	if (rc != AMQP_STATUS_OK) {
 		snprintf(why, whylen, "connecting to %s:%d: %s", s->ci->host, s->ci->port,
-			 amqp_error_string2(rc));
+			 rc == AMQP_STATUS_SSL_PEER_VERIFY_FAILED
+				 ? "certificate verify failed (the broker's certificate is not"
+				   " signed by TLS_CA_FILE's authority or does not name this host)"
+				 : amqp_error_string2(rc));
 		goto fail;
 	}
 	r = amqp_login_with_properties(c, s->ci->vhost, 0, 131072, MQ_HEARTBEAT_S, &pt,
@@ -149,5 +275,6 @@ amqp_connection_state_t mq_setup_open(const struct mq_setup *s, char *why, size_
 	return c;
 fail:
 	amqp_destroy_connection(c);
+	ERR_clear_error(); /* this thread's OpenSSL error queue: nothing left behind */
 	return NULL;
 }

@@ -478,7 +478,8 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 {
 	static const char *const queues[] = { "orchestrator", "payment", "inventory", NULL };
 	struct transport_amqp *a = calloc(1, sizeof(*a));
-	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW };
+	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW,
+				   o->tls_ca, o->tls_cert, o->tls_key };
 	const char *at;
 
 	if (!a)
@@ -493,7 +494,8 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 	}
 	/* where, for last_error: the URL (valid by now) without its credentials */
 	at = strrchr(o->url, '@');
-	snprintf(a->where, sizeof(a->where), "amqp://%s", at ? at + 1 : o->url + 7);
+	snprintf(a->where, sizeof(a->where), "%s://%s", strncmp(o->url, "amqps:", 6) ? "amqp" : "amqps",
+		 at ? at + 1 : strstr(o->url, "://") + 3);
 	declare_metrics(a);
 	a->ev = event_new(base, mq_link_fd(a->link), EV_READ | EV_PERSIST, link_cb, a);
 	if (!a->ev || event_add(a->ev, NULL) != 0) {
