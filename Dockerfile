@@ -4,8 +4,8 @@
 #   docker run --rm pgsaga saga-payment --help
 #
 # Stage 1 builds with meson on Debian bookworm. Stage 2 is bookworm-slim with
-# only the runtime libraries (libpq5, libevent-2.1-7, libjson-c5,
-# librabbitmq4), the three binaries and a health check script, run as an
+# only the runtime libraries (libpq5, libevent-2.1-7, libevent-openssl-2.1-7,
+# libssl3, libjson-c5, librabbitmq4), the three binaries and a health check script, run as an
 # unprivileged user.
 # Migrations are compiled into the binaries, so nothing else is copied.
 
@@ -14,7 +14,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
 	&& apt-get install -y --no-install-recommends \
 		build-essential meson ninja-build pkg-config python3 \
-		libpq-dev libevent-dev libjson-c-dev librabbitmq-dev check \
+		libpq-dev libevent-dev libssl-dev libjson-c-dev librabbitmq-dev check \
 	&& rm -rf /var/lib/apt/lists/*
 # Marks this stage's images, which stay behind untagged as the build cache:
 # the compose suite removes those that newer builds have superseded.
@@ -39,7 +39,8 @@ RUN meson setup /build --buildtype=release \
 FROM debian:bookworm-slim
 
 RUN apt-get update \
-	&& apt-get install -y --no-install-recommends libpq5 libevent-2.1-7 libjson-c5 librabbitmq4 \
+	&& apt-get install -y --no-install-recommends libpq5 libevent-2.1-7 libevent-openssl-2.1-7 libssl3 \
+		libjson-c5 librabbitmq4 \
 	&& rm -rf /var/lib/apt/lists/* \
 	&& groupadd --system --gid 10001 saga \
 	&& useradd --system --uid 10001 --gid saga --no-create-home \

@@ -129,7 +129,7 @@ static void reply_csrf(struct evhttp_request *req, const struct app *app, const 
 static void sign_in(struct evhttp_request *req, void *svc, const char *tail)
 {
 	struct app *app = svc;
-	char err[128], cookie[ADMIN_COOKIE_LEN], header[ADMIN_COOKIE_LEN + 96];
+	char err[128], cookie[ADMIN_COOKIE_LEN], header[ADMIN_COOKIE_LEN + 128];
 	size_t len;
 	const char *token, *body = httpd_body(req, &len);
 	struct json_object *obj = jsonx_parse(body, len, err, sizeof(err));
@@ -152,10 +152,10 @@ static void sign_in(struct evhttp_request *req, void *svc, const char *tail)
 		return;
 	}
 	admin_session_new(app->admin_token, (int64_t)time(NULL), cookie);
-	/* no Secure attribute: the console is also served over plain http on
-	 * localhost; behind TLS the browser keeps the cookie to https anyway */
-	snprintf(header, sizeof(header), "%s=%s; HttpOnly; SameSite=Strict; Path=/; Max-Age=%d",
-		 ADMIN_COOKIE_NAME, cookie, ADMIN_SESSION_S);
+	/* Secure only over TLS: the console is also served over plain http on
+	 * localhost, where a browser would drop a Secure cookie */
+	snprintf(header, sizeof(header), "%s=%s; HttpOnly; SameSite=Strict; Path=/; Max-Age=%d%s",
+		 ADMIN_COOKIE_NAME, cookie, ADMIN_SESSION_S, httpd_over_tls() ? "; Secure" : "");
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie", header);
 	reply_csrf(req, app, cookie);
 }
@@ -175,7 +175,10 @@ static void session_get(struct evhttp_request *req, void *svc, const char *tail)
 static void sign_out(struct evhttp_request *req, void *svc, const char *tail)
 {
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie",
-			  ADMIN_COOKIE_NAME "=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
+			  httpd_over_tls() ? ADMIN_COOKIE_NAME
+				  "=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0; Secure"
+					   : ADMIN_COOKIE_NAME
+				  "=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
 	httpd_reply(req, 200, "{\"signedOut\":true}");
 }
 

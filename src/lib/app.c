@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
+#include "tls.h"
 #include "transport.h"
 #include "uuid.h"
 
@@ -207,14 +208,14 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 
 #define VAR(...) (v[n++] = (struct envcfg_var){ __VA_ARGS__ })
 	VAR("DATABASE_URL", ENVCFG_STRING, &app->database_url, NULL, 0, 0,
-	    "libpq connection string or URI; connect as this service's role");
+	    "libpq connection string or URI; connect as this service's role", false, true);
 	VAR("LISTEN_ADDR", ENVCFG_STRING, &app->listen_addr, app->spec->default_addr, 0, 0,
 	    "host:port of the HTTP server");
 	VAR("INTERNAL_TOKEN", ENVCFG_STRING, &app->token, NULL, 0, 0,
-	    "shared secret for internal endpoints (Authorization: Bearer)", true);
+	    "shared secret for internal endpoints (Authorization: Bearer)", true, true);
 	VAR("ADMIN_TOKEN", ENVCFG_STRING, &app->admin_token, "", 0, 0,
 	    "secret for the admin API and console (16 characters or more, else a warning); "
-	    "unset: both off");
+	    "unset: both off", false, true);
 	VAR("DISPATCH_BATCH", ENVCFG_INT, &app->batch, "64", 1, 1000, "outbox rows claimed per round");
 	VAR("RETRY_MAX_ATTEMPTS", ENVCFG_INT, &app->retry_max, "10", 1, 1000000,
 	    "delivery attempts before a message is a dead letter");
@@ -241,15 +242,20 @@ static size_t common_vars(struct app *app, struct envcfg_var *v)
 	VAR("TRANSPORT", ENVCFG_STRING, &app->transport_name, "http", 0, 0,
 	    "how messages travel: http or amqp (all services alike)");
 	VAR("AMQP_URL", ENVCFG_STRING, &app->amqp_url, "amqp://guest:guest@127.0.0.1:5672/%2f", 0,
-	    0, "the broker, amqp://user:password@host:port/vhost (TRANSPORT=amqp)");
+	    0, "the broker, amqp://user:password@host:port/vhost (TRANSPORT=amqp)", false, true);
 	VAR("AMQP_PREFETCH", ENVCFG_INT, &app->amqp_prefetch, "64", 1, 65535,
 	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
 	VAR("TLS_CERT_FILE", ENVCFG_STRING, &app->tls_cert_file, "", 0, 0,
-	    "PEM certificate chain presented to amqps:// brokers as the client certificate");
+	    "PEM certificate chain: with TLS_KEY_FILE the listener is HTTPS only, and it is "
+	    "the client certificate toward https:// peers");
 	VAR("TLS_KEY_FILE", ENVCFG_STRING, &app->tls_key_file, "", 0, 0,
 	    "PEM private key of TLS_CERT_FILE");
 	VAR("TLS_CA_FILE", ENVCFG_STRING, &app->tls_ca_file, "", 0, 0,
-	    "PEM bundle that verifies amqps:// brokers (host name included); unset: the system's");
+	    "PEM bundle that verifies https:// peers and amqps:// brokers; unset: the "
+	    "system's trust store");
+	VAR("TLS_CLIENT_CA_FILE", ENVCFG_STRING, &app->tls_client_ca_file, "", 0, 0,
+	    "PEM bundle that verifies client certificates; set: internal endpoints need one "
+	    "(403 client_certificate_required)");
 	VAR("LOG_LEVEL", ENVCFG_STRING, &app->log_level, "info", 0, 0,
 	    "debug, info, warn or error");
 	if (app->spec->faults) {
@@ -301,6 +307,7 @@ static int open_peers(struct app *app, char *err, size_t errlen)
 		.timeout_ms = (int)app->http_timeout_ms,
 		.breaker_failures = (int)app->breaker_failures,
 		.breaker_open_ms = (int)app->breaker_open_ms,
+		.tls = app->tls,
 	};
 
 	app->peers = calloc(app->spec->npeers + 1, sizeof(*app->peers));
@@ -322,6 +329,22 @@ static int open_peers(struct app *app, char *err, size_t errlen)
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg);
+
+/*
+ * SIGHUP: certificate rotation. The files are read on the loop (a few
+ * small files); connections already open keep their contexts.
+ */
+static void on_hup(evutil_socket_t sig, short what, void *arg)
+{
+	struct app *app = arg;
+	char err[512];
+
+	if (tls_reload(app->tls, err, sizeof(err)) != 0) {
+		log_error("SIGHUP: TLS files not reloaded, the old ones stay in use: %s", err);
+		return;
+	}
+	log_info("SIGHUP: TLS files reloaded");
+}
 
 /*
  * Empty means unset; a set one must differ from INTERNAL_TOKEN. SPEC sets no
@@ -562,6 +585,13 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 			 gauge_pool_busy, app->pool);
 	metrics_gauge_fn("saga_db_pool_waiting", "Statements waiting for a pool connection", "",
 			 gauge_pool_waiting, app->pool);
+	struct tls_files tf = { app->tls_cert_file, app->tls_key_file, app->tls_ca_file,
+				app->tls_client_ca_file };
+	app->tls = tls_new(&tf, err, sizeof(err));
+	if (!app->tls) {
+		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
+		return 2;
+	}
 	if (open_peers(app, err, sizeof(err)) != 0) {
 		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
 		return 2;
@@ -593,13 +623,20 @@ int app_init(struct app *app, const struct app_spec *spec, int argc, char **argv
 		fprintf(stderr, "saga-%s: %s\n", spec->service, err);
 		return 1;
 	}
+	httpd_set_tls(app->httpd, app->tls);
 	if (app->admin_token)
 		admin_enable(app);
 	app->sig_term = evsignal_new(app->base, SIGTERM, on_signal, app);
 	app->sig_int = evsignal_new(app->base, SIGINT, on_signal, app);
+	app->sig_hup = evsignal_new(app->base, SIGHUP, on_hup, app);
 	evsignal_add(app->sig_term, NULL);
 	evsignal_add(app->sig_int, NULL);
-	log_info("listening on %s:%d", host, httpd_port(app->httpd));
+	evsignal_add(app->sig_hup, NULL);
+	log_info("listening on %s:%d (%s)", host, httpd_port(app->httpd),
+		 tls_server_on(app->tls) ? tls_client_certs_on(app->tls)
+						   ? "https, client certificates checked"
+						   : "https"
+					 : "http");
 	return 0;
 }
 
@@ -653,6 +690,8 @@ void app_free(struct app *app)
 		event_free(app->sig_term);
 	if (app->sig_int)
 		event_free(app->sig_int);
+	if (app->sig_hup)
+		event_free(app->sig_hup);
 	httpd_free(app->httpd);
 	admin_disable();
 	outbox_free(app->outbox);
@@ -665,6 +704,8 @@ void app_free(struct app *app)
 	db_pool_free(app->pool);
 	if (app->base)
 		event_base_free(app->base);
+	tls_free(app->tls); /* after the connections, freed with the base */
 	free(app->all_routes);
 	metrics_free_all();
+	envcfg_release();
 }

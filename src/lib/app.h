@@ -53,6 +53,7 @@ struct app {
 	struct httpc_peer **peers;
 	const char **dests;        /* peers[i] serves dests[i] */
 	struct transport *transport;
+	struct tls *tls; /* HTTPS server and client contexts (tls.h), reloaded on SIGHUP */
 	void *svc; /* the service's own state */
 
 	/* common settings */
@@ -62,8 +63,9 @@ struct app {
 	const char *admin_token; /* ADMIN_TOKEN; NULL when unset: admin API off */
 	const char *log_level;
 	const char *transport_name, *amqp_url;
+	/* TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE, TLS_CLIENT_CA_FILE; "" when unset */
+	const char *tls_cert_file, *tls_key_file, *tls_ca_file, *tls_client_ca_file;
 	int64_t amqp_prefetch;
-	const char *tls_cert_file, *tls_key_file, *tls_ca_file; /* "" when unset */
 	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
 	int64_t breaker_failures, breaker_open_ms, pool_size, db_writers, retention_s,
 		mark_window_ms;
@@ -72,7 +74,7 @@ struct app {
 	int64_t delay_ms;
 
 	bool stopping;
-	struct event *sig_term, *sig_int, *drain;
+	struct event *sig_term, *sig_int, *sig_hup, *drain;
 	struct httpd_route *all_routes;
 };
 
@@ -84,7 +86,10 @@ struct app {
 __attribute__((warn_unused_result)) int app_init(struct app *app, const struct app_spec *spec,
 						 int argc, char **argv, bool *done);
 
-/* Runs the loop until a signal, then drains; returns the exit status. */
+/*
+ * Runs the loop until SIGTERM or SIGINT, then drains; returns the exit
+ * status. SIGHUP re-reads the TLS files (tls_reload).
+ */
 int app_run(struct app *app);
 void app_free(struct app *app);
 

@@ -24,16 +24,37 @@ struct envcfg_var {
 	int64_t min, max;     /* bounds for ENVCFG_INT */
 	const char *help;     /* one line */
 	bool secret;          /* required non-empty; never printed */
+	/*
+	 * The value may come from a file instead: NAME_FILE names it, and its
+	 * content, one trailing newline removed, is the value (secrets mounted
+	 * as files). Setting both is an error. The value is never printed, and
+	 * a URL default is shown with its password as ***.
+	 */
+	bool from_file;
 };
 
 /*
  * Reads every variable of the table (n entries) from getenv(). An unset
  * variable takes its default; a required one that is unset or empty, or a
  * value that does not parse or is out of bounds, is an error: the first one
- * is described in err and -1 is returned.
+ * is described in err and -1 is returned. For a from_file variable, a
+ * non-empty NAME_FILE is read instead (both NAME and NAME_FILE non-empty, or
+ * a file that cannot be read, is an error naming them). Values read from
+ * files stay allocated until envcfg_release().
  */
 __attribute__((warn_unused_result)) int envcfg_load(const struct envcfg_var *vars, size_t n,
 						    char *err, size_t errlen);
+
+/* Frees the values read from NAME_FILE files (targets pointing at them dangle). */
+void envcfg_release(void);
+
+/*
+ * Copies a connection string into out with every password replaced by ***:
+ * the userinfo password of each "scheme://user:password@" (a comma-separated
+ * list of URLs included) and every "password=" value (libpq's key=value form
+ * and URI query). Truncates to fit outlen. Returns out.
+ */
+char *envcfg_redact(const char *in, char *out, size_t outlen);
 
 /* Prints "usage" and the table: name, default, help. */
 void envcfg_help(FILE *out, const char *prog, const char *about, const struct envcfg_var *vars,

@@ -2,6 +2,7 @@
 #include "httpc.h"
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
@@ -16,6 +17,7 @@
 #include "breaker.h"
 #include "httpio.h"
 #include "metrics.h"
+#include "tls.h"
 
 struct call {
 	TAILQ_ENTRY(call) link;
@@ -34,6 +36,13 @@ struct slot {
 	struct inst *inst;
 	struct call *call;               /* NULL when free */
 	const char *error;               /* from the error callback */
+	/*
+	 * TLS: the connection closed or failed. libevent would reconnect with
+	 * the same SSL object, which carries the last connection's state: it is
+	 * made anew instead, before the next request.
+	 */
+	bool dead;
+	char why[200]; /* a TLS failure's reason */
 };
 
 struct inst {
@@ -41,6 +50,7 @@ struct inst {
 	char host[256];
 	int port;
 	char hostport[300]; /* the Host header */
+	struct tls_cache *cache; /* https: the session to resume; else NULL */
 	struct breaker br;
 	struct slot *slots;
 	struct httpc_peer *peer;
@@ -64,6 +74,7 @@ struct httpc_peer {
 	 * a name under docker compose) would stall all of it.
 	 */
 	struct evdns_base *dns;
+	struct tls *tls;
 };
 
 static int64_t now_ms(void)
@@ -137,7 +148,14 @@ static void request_done_cb(struct evhttp_request *req, void *arg)
 	s->call = NULL;
 	r.status = req ? evhttp_request_get_response_code(req) : 0;
 	if (r.status == 0) {
-		r.error = s->error ? s->error : "connection failed";
+		const char *why = NULL;
+
+		if (in->cache) {
+			why = tls_failure(evhttp_connection_get_bufferevent(s->evcon), s->why,
+					  sizeof(s->why));
+			s->dead = true;
+		}
+		r.error = why ? why : s->error ? s->error : "connection failed";
 	} else {
 		struct evbuffer *b = evhttp_request_get_input_buffer(req);
 
@@ -156,6 +174,35 @@ static void request_done_cb(struct evhttp_request *req, void *arg)
 	schedule_pump(p);
 }
 
+static void closed_cb(struct evhttp_connection *evcon, void *arg)
+{
+	struct slot *s = arg;
+
+	s->dead = true;
+}
+
+/* A new connection to in, over TLS for https. */
+static struct evhttp_connection *connect_to(struct httpc_peer *p, struct inst *in,
+					    struct slot *s)
+{
+	struct evhttp_connection *evcon;
+	struct bufferevent *bev;
+
+	if (!in->cache)
+		return evhttp_connection_base_new(p->base, p->dns, in->host, (ev_uint16_t)in->port);
+	bev = tls_connect_bev(p->tls, p->base, in->host, in->cache);
+	if (!bev)
+		return NULL;
+	evcon = evhttp_connection_base_bufferevent_new(p->base, p->dns, bev, in->host,
+						       (ev_uint16_t)in->port);
+	if (!evcon) {
+		bufferevent_free(bev);
+		return NULL;
+	}
+	evhttp_connection_set_closecb(evcon, closed_cb, s);
+	return evcon;
+}
+
 static bool send_call(struct slot *s, struct call *c)
 {
 	struct inst *in = s->inst;
@@ -163,8 +210,13 @@ static bool send_call(struct slot *s, struct call *c)
 	struct evhttp_request *req;
 	struct evkeyvalq *h;
 
+	if (s->evcon && s->dead) {
+		evhttp_connection_free(s->evcon);
+		s->evcon = NULL;
+	}
+	s->dead = false;
 	if (!s->evcon) {
-		s->evcon = evhttp_connection_base_new(p->base, p->dns, in->host, (ev_uint16_t)in->port);
+		s->evcon = connect_to(p, in, s);
 		if (!s->evcon)
 			return false;
 		struct timeval tv = { p->opts.timeout_ms / 1000, (p->opts.timeout_ms % 1000) * 1000 };
@@ -254,7 +306,8 @@ static void pump_cb(evutil_socket_t fd, short what, void *arg)
 static int parse_url(struct inst *in, const char *url, char *err, size_t errlen)
 {
 	struct evhttp_uri *u = evhttp_uri_parse(url);
-	const char *host, *path;
+	const char *host, *path, *scheme = u ? evhttp_uri_get_scheme(u) : NULL;
+	bool https = scheme && strcmp(scheme, "https") == 0;
 	int port;
 
 	/*
@@ -263,18 +316,20 @@ static int parse_url(struct inst *in, const char *url, char *err, size_t errlen)
 	 * without a word; refused, like an empty host, rather than found out
 	 * at the first delivery.
 	 */
-	if (!u || !evhttp_uri_get_scheme(u) || strcmp(evhttp_uri_get_scheme(u), "http") != 0 ||
+	if (!u || !scheme || (strcmp(scheme, "http") != 0 && !https) ||
 	    !(host = evhttp_uri_get_host(u)) || !*host || strlen(host) >= sizeof(in->host) ||
 	    ((path = evhttp_uri_get_path(u)) && *path && strcmp(path, "/") != 0) ||
 	    evhttp_uri_get_query(u) || evhttp_uri_get_fragment(u) || evhttp_uri_get_userinfo(u)) {
-		snprintf(err, errlen, "not an http://host[:port] URL: '%s'", url);
+		snprintf(err, errlen, "not an http(s)://host[:port] URL: '%s'", url);
 		if (u)
 			evhttp_uri_free(u);
 		return -1;
 	}
 	port = evhttp_uri_get_port(u);
 	snprintf(in->host, sizeof(in->host), "%s", host);
-	in->port = port > 0 ? port : 80;
+	in->port = port > 0 ? port : https ? 443 : 80;
+	if (https)
+		in->cache = tls_cache_new();
 	snprintf(in->hostport, sizeof(in->hostport), "%s:%d", in->host, in->port);
 	evhttp_uri_free(u);
 	return 0;
@@ -300,6 +355,7 @@ struct httpc_peer *httpc_peer_new(struct event_base *base, const char *name, con
 	p->base = base;
 	p->name = name;
 	p->opts = *opts;
+	p->tls = opts->tls;
 	if (p->opts.max_in_flight < 1)
 		p->opts.max_in_flight = 1;
 	TAILQ_INIT(&p->queue);
@@ -313,6 +369,12 @@ struct httpc_peer *httpc_peer_new(struct event_base *base, const char *name, con
 			continue;
 		if (parse_url(in, tok, err, errlen) != 0)
 			goto fail;
+		if (in->cache && !p->tls) {
+			snprintf(err, errlen, "%s: https:// needs TLS settings", name);
+			tls_cache_free(in->cache);
+			in->cache = NULL;
+			goto fail;
+		}
 		in->url = strdup(tok);
 		in->slots = calloc((size_t)p->opts.max_in_flight, sizeof(*in->slots));
 		if (!in->url || !in->slots)
@@ -363,6 +425,7 @@ void httpc_peer_free(struct httpc_peer *p)
 		}
 		free(in->slots);
 		free(in->url);
+		tls_cache_free(in->cache); /* after the connections that fill it */
 	}
 	while ((c = TAILQ_FIRST(&p->queue)) != NULL) {
 		TAILQ_REMOVE(&p->queue, c, link);

@@ -14,12 +14,20 @@
 
 struct event_base;
 struct httpc_peer;
+struct tls;
 
 struct httpc_opts {
 	int max_in_flight;    /* per instance */
 	int timeout_ms;       /* one attempt */
 	int breaker_failures; /* consecutive failures that open the circuit */
 	int breaker_open_ms;
+	/*
+	 * For https:// URLs (borrowed, may be reloaded meanwhile); NULL refuses
+	 * them. Over TLS a connection is made anew after it closed, resuming
+	 * the instance's TLS session, and a handshake that fails is a failed
+	 * attempt with the reason as error ("certificate verify failed (...)").
+	 */
+	struct tls *tls;
 };
 
 struct httpc_result {
@@ -37,7 +45,8 @@ typedef void (*httpc_cb)(void *arg, const struct httpc_result *r);
 
 /*
  * name: the peer's name for logs and metrics (borrowed). urls: comma-separated
- * base URLs "http://host:port" (copied). Returns NULL with a reason in err.
+ * base URLs "http://host:port" or "https://host:port" (copied). Returns NULL
+ * with a reason in err.
  */
 struct httpc_peer *httpc_peer_new(struct event_base *base, const char *name, const char *urls,
 				  const struct httpc_opts *opts, char *err, size_t errlen);

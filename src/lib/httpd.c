@@ -20,6 +20,7 @@
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
+#include "tls.h"
 
 struct httpd {
 	struct evhttp *http;
@@ -31,6 +32,7 @@ struct httpd {
 	int port;
 	httpd_admin_gate gate;
 	void *gate_arg;
+	struct tls *tls; /* NULL: plain HTTP */
 };
 
 /*
@@ -41,6 +43,8 @@ static int in_flight;
 static struct metric_family *requests_total;
 /* Inside dispatch (evhttp's callback): a reply is left for evhttp to write. */
 static int in_dispatch;
+/* The process's server speaks HTTPS (one server per process, as above). */
+static bool over_tls;
 
 /* Which route a pending request belongs to, for the metric on reply. */
 static const char *route_label(struct evhttp_request *req)
@@ -150,6 +154,9 @@ void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *bo
 		evhttp_add_header(out, "Content-Type", "application/json");
 	if (!evhttp_find_header(out, "Date"))
 		evhttp_add_header(out, "Date", date_header());
+	/* a browser that came once over HTTPS never falls back to clear text */
+	if (over_tls && !evhttp_find_header(out, "Strict-Transport-Security"))
+		evhttp_add_header(out, "Strict-Transport-Security", "max-age=31536000");
 	if (cmd == EVHTTP_REQ_HEAD || cmd == EVHTTP_REQ_CONNECT)
 		body = bodiless(req, status, body);
 	evhttp_send_reply(req, status, reason_phrase(status), body);
@@ -451,6 +458,14 @@ static void method_not_allowed(struct evhttp_request *req, const struct httpd *h
 	httpd_error(req, 405, "method_not_allowed", "method %s not allowed here", method);
 }
 
+/* The request came on a TLS connection whose client certificate verified. */
+static bool client_cert_ok(struct evhttp_request *req)
+{
+	struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+
+	return evcon && tls_client_verified(evhttp_connection_get_bufferevent(evcon));
+}
+
 static void route(struct evhttp_request *req, void *arg)
 {
 	struct httpd *h = arg;
@@ -479,6 +494,11 @@ static void route(struct evhttp_request *req, void *arg)
 	if (r->internal && !authorized(req, h->token)) {
 		evhttp_add_header(out, "WWW-Authenticate", "Bearer");
 		httpd_error(req, 401, "unauthorized", "missing or wrong bearer token");
+		return;
+	}
+	if (r->internal && tls_client_certs_on(h->tls) && !client_cert_ok(req)) {
+		httpd_error(req, 403, "client_certificate_required",
+			    "this endpoint needs a client certificate that verifies");
 		return;
 	}
 	if (r->admin != HTTPD_ADMIN_NONE && !h->gate(req, h->gate_arg, r->admin == HTTPD_ADMIN_AUTH))
@@ -522,7 +542,14 @@ static void nul_to_soh(struct evbuffer *buf, const struct evbuffer_cb_info *info
 
 static struct bufferevent *connection_bev(struct event_base *base, void *arg)
 {
-	struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+	struct httpd *h = arg;
+	/*
+	 * Over TLS every connection starts with a handshake: a plain-text
+	 * request fails it and the connection is closed without an answer.
+	 */
+	struct bufferevent *bev = tls_server_on(h->tls)
+					  ? tls_accept_bev(h->tls, base)
+					  : bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
 
 	if (bev && !evbuffer_add_cb(bufferevent_get_input(bev), nul_to_soh, NULL)) {
 		bufferevent_free(bev);
@@ -562,7 +589,7 @@ struct httpd *httpd_new(struct event_base *base, const char *host, int port,
 						    EVHTTP_REQ_PATCH | EVHTTP_REQ_OPTIONS |
 						    EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
 	evhttp_set_gencb(h->http, dispatch, h);
-	evhttp_set_bevcb(h->http, connection_bev, NULL);
+	evhttp_set_bevcb(h->http, connection_bev, h);
 	h->sock = evhttp_bind_socket_with_handle(h->http, host, (ev_uint16_t)port);
 	if (!h->sock) {
 		snprintf(err, errlen, "cannot listen on %s:%d", host, port);
@@ -579,6 +606,17 @@ struct httpd *httpd_new(struct event_base *base, const char *host, int port,
 			h->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
 	}
 	return h;
+}
+
+void httpd_set_tls(struct httpd *h, struct tls *tls)
+{
+	h->tls = tls;
+	over_tls = tls_server_on(tls);
+}
+
+bool httpd_over_tls(void)
+{
+	return over_tls;
 }
 
 void httpd_set_admin_gate(struct httpd *h, httpd_admin_gate gate, void *arg)

@@ -17,6 +17,7 @@
 struct event_base;
 struct evhttp_request;
 struct evbuffer;
+struct tls;
 
 #define HTTPD_MAX_BODY (64 * 1024)
 
@@ -41,7 +42,12 @@ enum httpd_admin {
 struct httpd_route {
 	const char *method; /* "GET" (which serves HEAD too), "POST" */
 	const char *path;   /* exact path, or a prefix when it ends with '/' */
-	bool internal;      /* needs Authorization: Bearer $INTERNAL_TOKEN */
+	/*
+	 * Needs Authorization: Bearer $INTERNAL_TOKEN (else 401) and, when the
+	 * server checks client certificates, one that verified (else 403
+	 * client_certificate_required).
+	 */
+	bool internal;
 	httpd_fn fn;
 	const char *name;   /* route label in metrics, e.g. "/orders/{id}" */
 	enum httpd_admin admin;
@@ -62,6 +68,18 @@ struct httpd;
 struct httpd *httpd_new(struct event_base *base, const char *host, int port,
 			const struct httpd_route *routes, size_t nroutes, const char *token,
 			void *svc, char *err, size_t errlen);
+/*
+ * Serves HTTPS only when tls has a certificate (tls_server_on), and checks
+ * client certificates on internal routes when it has a client CA. Call
+ * before the loop runs; tls is borrowed for the server's life and may be
+ * reloaded meanwhile (new connections take the new contexts).
+ */
+void httpd_set_tls(struct httpd *h, struct tls *tls);
+/*
+ * The process's server speaks HTTPS: every answer carries
+ * Strict-Transport-Security, and cookies should be Secure.
+ */
+bool httpd_over_tls(void);
 /* Turns the admin routes on (gate not NULL) or off (NULL: they answer 404). */
 void httpd_set_admin_gate(struct httpd *h, httpd_admin_gate gate, void *arg);
 /* Stops accepting new connections; requests in flight still get answers. */

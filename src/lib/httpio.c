@@ -6,6 +6,8 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "tls.h"
+
 void httpio_write_now(struct evhttp_connection *evcon)
 {
 	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
@@ -13,8 +15,11 @@ void httpio_write_now(struct evhttp_connection *evcon)
 	evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
 	int n;
 
-	/* nothing queued: not connected yet (evhttp writes after the connect) */
-	if (fd < 0 || evbuffer_get_length(out) == 0 || !(bufferevent_get_enabled(bev) & EV_WRITE))
+	/*
+	 * nothing queued: not connected yet (evhttp writes after the connect);
+	 * over TLS the socket takes only what OpenSSL wrote, which it does itself
+	 */
+	if (fd < 0 || tls_is_tls(bev) || evbuffer_get_length(out) == 0 || !(bufferevent_get_enabled(bev) & EV_WRITE))
 		return;
 	/* the bufferevent keeps its output's front frozen except while it writes */
 	evbuffer_unfreeze(out, 1);
