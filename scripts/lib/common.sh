@@ -21,7 +21,8 @@
 #   wait_until S STEP ALIVE CMD...
 #                              runs CMD every STEP s until it succeeds (0); 2 as
 #                              soon as ALIVE fails, 1 after S seconds
-#   http_status PORT PATH      HTTP status of GET PATH on 127.0.0.1:PORT, or 000
+#   http_status PORT PATH [CA] HTTP status of GET PATH on 127.0.0.1:PORT, or 000;
+#                              with CA (a PEM file): over HTTPS, verified by it (curl)
 #   http_ready PORT            GET /readyz on 127.0.0.1:PORT answers 200
 #   role_url URL ROLE          URL's database, connecting as ROLE
 #   stop_pids PID...           SIGTERM, 15 s to end, then SIGKILL; reaps them
@@ -135,7 +136,12 @@ wait_until() {
 }
 
 http_status() {
-	local port=$1 path=$2 line
+	local port=$1 path=$2 ca=${3:-} line
+	if [[ -n $ca ]]; then
+		curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$ca" \
+			"https://127.0.0.1:$port$path" || true
+		return
+	fi
 	if command -v curl >/dev/null 2>&1; then
 		curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://127.0.0.1:$port$path" ||
 			true
