@@ -14,6 +14,9 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -577,6 +580,23 @@ static void print_log_tail(const struct saga_env *e, enum svc s)
 		n > 0 && buf[n - 1] != '\n' ? "\n" : "");
 }
 
+/* The test client's TLS settings (harness_https); on when ca[0]. */
+static struct {
+	char ca[PATH_MAX], cert[PATH_MAX], key[PATH_MAX];
+} hs;
+
+void harness_https(const char *ca, const char *cert, const char *key)
+{
+	snprintf(hs.ca, sizeof(hs.ca), "%s", ca ? ca : "");
+	snprintf(hs.cert, sizeof(hs.cert), "%s", cert ? cert : "");
+	snprintf(hs.key, sizeof(hs.key), "%s", key ? key : "");
+}
+
+bool harness_https_on(void)
+{
+	return hs.ca[0] != '\0';
+}
+
 static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enum svc s,
 						   const char *path, const char *logp,
 						   const char *const *extra, pid_t parent)
@@ -606,7 +626,8 @@ static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enu
 	snprintf(val, sizeof(val), "127.0.0.1:%d", e->port[s]);
 	setenv("LISTEN_ADDR", val, 1);
 	for (int p = 0; p < SVC_COUNT; p++) {
-		snprintf(val, sizeof(val), "http://127.0.0.1:%d", e->port[p]);
+		snprintf(val, sizeof(val), "%s://127.0.0.1:%d", harness_https_on() ? "https" : "http",
+			 e->port[p]);
 		setenv(svc_peer_var[p], val, 1);
 	}
 	setenv("INTERNAL_TOKEN", e->token, 1);
@@ -948,6 +969,35 @@ static int parse_response(const char *raw, size_t len, struct http_resp *out)
 	return 0;
 }
 
+SSL *harness_tls_connect(int fd, SSL_CTX **ctx_out, const char *ca, const char *cert,
+			 const char *key)
+{
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	SSL *ssl = NULL;
+
+	*ctx_out = ctx;
+	if (!ctx || SSL_CTX_load_verify_locations(ctx, ca, NULL) != 1)
+		return NULL;
+	if (cert && *cert &&
+	    (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1 ||
+	     SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1))
+		return NULL;
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	ssl = SSL_new(ctx);
+	if (!ssl || X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), "127.0.0.1") != 1 ||
+	    SSL_set_fd(ssl, fd) != 1 || SSL_connect(ssl) != 1) {
+		SSL_free(ssl);
+		return NULL;
+	}
+	return ssl;
+}
+
+/* A TLS client connection on fd with harness_https's settings, or NULL. */
+static SSL *https_connect(int fd, SSL_CTX **ctx)
+{
+	return harness_tls_connect(fd, ctx, hs.ca, hs.cert, hs.key);
+}
+
 static int http_do_timeout(int port, const char *method, const char *path,
 			   const char *const *headers, const char *body, size_t body_len,
 			   struct http_resp *out, int timeout_ms)
@@ -957,6 +1007,8 @@ static int http_do_timeout(int port, const char *method, const char *path,
 	bool head = strcasecmp(method, "HEAD") == 0;
 	size_t off = 0;
 	int fd, rc = -1;
+	SSL_CTX *ctx = NULL;
+	SSL *ssl = NULL;
 
 	resp_init_empty(out);
 	if (body && body_len == (size_t)-1)
@@ -986,13 +1038,16 @@ static int http_do_timeout(int port, const char *method, const char *path,
 	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		goto out;
+	if (harness_https_on() && !(ssl = https_connect(fd, &ctx)))
+		goto out;
 
 	/* A server may answer (413, 401) and close before taking the whole body:
 	 * a failed send still leaves its answer to read. */
 	while (off < req.len) {
-		ssize_t n = send(fd, req.p + off, req.len - off, MSG_NOSIGNAL);
+		ssize_t n = ssl ? SSL_write(ssl, req.p + off, (int)(req.len - off))
+				: send(fd, req.p + off, req.len - off, MSG_NOSIGNAL);
 
-		if (n < 0 && errno == EINTR)
+		if (n < 0 && errno == EINTR && !ssl)
 			continue;
 		if (n <= 0)
 			break;
@@ -1000,7 +1055,7 @@ static int http_do_timeout(int port, const char *method, const char *path,
 	}
 	for (;;) {
 		char chunk[16384];
-		ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
+		ssize_t n = ssl ? SSL_read(ssl, chunk, sizeof(chunk)) : recv(fd, chunk, sizeof(chunk), 0);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -1013,6 +1068,9 @@ static int http_do_timeout(int port, const char *method, const char *path,
 	if (raw.len && parse_response(raw.p, raw.len, out) == 0)
 		rc = 0;
 out:
+	SSL_free(ssl);
+	SSL_CTX_free(ctx);
+	ERR_clear_error();
 	if (fd >= 0)
 		close(fd);
 	free(req.p);

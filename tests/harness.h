@@ -98,6 +98,23 @@ int env_stop(struct saga_env *e, enum svc s, int sig);
 /* Stops what runs (SIGKILL) and closes connections. The database stays. */
 void env_destroy(struct saga_env *e);
 
+/*
+ * HTTPS (tests/tls.c): from now on in this process, http_do and env_start's
+ * readiness probe speak TLS, verifying the service against the PEM bundle ca
+ * and the address 127.0.0.1, presenting cert/key when not NULL; and the
+ * services started get https:// peer URLs. ca NULL: plain HTTP again.
+ */
+void harness_https(const char *ca, const char *cert, const char *key);
+bool harness_https_on(void);
+/*
+ * A blocking TLS client connection on the connected socket fd (same checks),
+ * or NULL. *ctx is set even on failure: the caller frees both.
+ */
+typedef struct ssl_st SSL;
+typedef struct ssl_ctx_st SSL_CTX;
+SSL *harness_tls_connect(int fd, SSL_CTX **ctx, const char *ca, const char *cert,
+			 const char *key);
+
 /* --- HTTP: a small blocking HTTP/1.1 client, one connection per call --- */
 
 struct http_resp {

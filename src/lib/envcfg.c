@@ -161,9 +161,9 @@ static int load_one(const struct envcfg_var *v, char *err, size_t errlen)
 		}
 	}
 	if (required && (val == NULL || *val == '\0')) {
-		set_err(err, errlen, "%s: required%s, not set%s%s", v->name,
+		set_err(err, errlen, "%s: required%s, not set%s%s%s", v->name,
 			v->secret ? " (secret)" : "", v->from_file ? " (nor " : "",
-			v->from_file ? "its _FILE)" : "");
+			v->from_file ? v->name : "", v->from_file ? "_FILE)" : "");
 		return -1;
 	}
 	if (val == NULL)

@@ -106,18 +106,23 @@ static int client_verify_cb(int ok, X509_STORE_CTX *x)
 	return ok;
 }
 
-/* Keeps the newest session of the connection's peer instance. */
+/*
+ * Keeps the newest session of the connection's peer instance, as a copy:
+ * OpenSSL marks the connection's own session not resumable when the
+ * connection is freed without a close_notify (how evhttp ends them).
+ */
 static int new_session_cb(SSL *ssl, SSL_SESSION *sess)
 {
 	struct conn *c = conn_of(ssl);
+	SSL_SESSION *copy;
 
-	if (!c || !c->cache)
+	if (!c || !c->cache || !(copy = SSL_SESSION_dup(sess)))
 		return 0;
 	if (c->cache->sess)
 		SSL_SESSION_free(c->cache->sess);
-	c->cache->sess = sess;
+	c->cache->sess = copy;
 	c->cache->gen = c->gen;
-	return 1; /* the reference is ours now */
+	return 0; /* sess stays the connection's */
 }
 
 static int load_cert_key(SSL_CTX *ctx, const struct tls_files *f, char *err, size_t errlen)
