@@ -95,8 +95,8 @@ static void path_of(char *out, size_t len, const char *file)
  * to the node, and its certificate.
  */
 struct svc_env {
-	char kv[8][1024];
-	const char *list[9];
+	char kv[10][1024];
+	const char *list[11];
 };
 
 static void svc_env(struct svc_env *v, enum svc s, const char *transport, const char *ca_file)
@@ -114,6 +114,10 @@ static void svc_env(struct svc_env *v, enum svc s, const char *transport, const 
 			 " sslkey=%s/%s.key",
 			 env.url[s], ca, certs, svc_name[s], certs, svc_name[s]);
 		snprintf(v->kv[n++], sizeof(v->kv[0]), "TLS_CA_FILE=%.900s", ca_file ? ca_file : ca);
+		/* HTTPS only, client certificates required on the internal routes */
+		snprintf(v->kv[n++], sizeof(v->kv[0]), "TLS_CERT_FILE=%s/%s.crt", certs, svc_name[s]);
+		snprintf(v->kv[n++], sizeof(v->kv[0]), "TLS_KEY_FILE=%s/%s.key", certs, svc_name[s]);
+		snprintf(v->kv[n++], sizeof(v->kv[0]), "TLS_CLIENT_CA_FILE=%s", ca);
 	}
 	for (int i = 0; i < n; i++)
 		v->list[i] = v->kv[i];
@@ -376,31 +380,34 @@ static bool has(const char *data, size_t len, const char *s)
 }
 
 /*
- * A saga whose customer id is a unique marker, and a look through the admin
- * API, captured on the loopback (the database's, the broker's and the
- * services' ports only). TLS on: neither the marker, nor the internal token,
- * nor the admin token are in the capture. TLS off (the control): each of
- * them is. The services' HTTP hops join the capture once they are HTTPS
- * (TLS_CERT_FILE); until then the database and the broker hops are what
- * this run proves.
+ * A saga whose customer id is a unique marker, and a look at it through the
+ * admin API, captured on the loopback: the database's, the broker's and the
+ * services' ports only. TLS on: neither the marker, nor the internal token,
+ * nor the admin token is in the capture. TLS off (the control): each of them
+ * is (the internal token travels with the HTTP transport's commands only).
  */
-START_TEST(secrets_never_on_the_wire)
+static void wire_run(const char *transport)
 {
 	char saga[UUID_STR_LEN], marker[64], admin[64], path[128], auth[96];
 	int ports[2 + SVC_COUNT], n = 0;
+	bool http = strcmp(transport, "http") == 0;
 	struct capture cap;
 	struct http_resp r;
 	size_t len;
 	char *data;
 
-	snprintf(marker, sizeof(marker), "wire-marker-%d-%ld", (int)getpid(), (long)time(NULL));
+	snprintf(marker, sizeof(marker), "wire-marker-%s-%d-%ld", transport, (int)getpid(),
+		 (long)time(NULL));
 	snprintf(admin, sizeof(admin), "wire-admin-token-%d", (int)getpid());
 	ports[n++] = harness_cluster_port();
 	ports[n++] = node.port;
-	capture_start(&cap, ports, n);
-	start_all("amqp");
 	for (int s = 0; s < SVC_COUNT; s++)
-		ck_assert(wait_metric(s, "saga_broker_up", 1));
+		ports[n++] = env.port[s];
+	capture_start(&cap, ports, n);
+	start_all(transport);
+	if (!http)
+		for (int s = 0; s < SVC_COUNT; s++)
+			ck_assert(wait_metric(s, "saga_broker_up", 1));
 	seed("W1");
 	env_new_order(&env, marker, "W1", 1, 100, saga);
 	ck_assert(wait_completed(saga));
@@ -414,13 +421,28 @@ START_TEST(secrets_never_on_the_wire)
 	ck_assert_int_gt(len, 0);
 	if (tls_mode) {
 		ck_assert_msg(!has(data, len, marker), "the marker is on the wire");
+		ck_assert_msg(!has(data, len, env.token), "the internal token is on the wire");
+		ck_assert_msg(!has(data, len, admin), "the admin token is on the wire");
 	} else {
-		/* the control: in clear on the database's and the broker's hops */
 		ck_assert_msg(has(data, len, marker), "the control did not see the marker");
-		ck_assert(has(data, len, "PayCommand"));
+		ck_assert_msg(has(data, len, admin), "the control did not see the admin token");
+		if (http)
+			ck_assert_msg(has(data, len, env.token),
+				      "the control did not see the internal token");
 	}
 	free(data);
 	unlink(cap.file);
+}
+
+START_TEST(secrets_never_on_the_wire_http)
+{
+	wire_run("http");
+}
+END_TEST
+
+START_TEST(secrets_never_on_the_wire_amqp)
+{
+	wire_run("amqp");
 }
 END_TEST
 
@@ -451,10 +473,18 @@ int main(void)
 	certs_run("issue", certs, "rabbitmq");
 	for (int i = 0; i < SVC_COUNT; i++)
 		certs_run("issue", certs, svc_name[i]);
+	certs_run("issue", certs, "client"); /* the test's own, toward the services */
 	path_of(other, sizeof(other), "other");
 	certs_run("ca", other, NULL);
-	if (tls_mode)
+	if (tls_mode) {
+		char ca[128], crt[128], key[128];
+
 		setenv("SAGA_TEST_PG_TLS_DIR", certs, 1);
+		path_of(ca, sizeof(ca), "ca.crt");
+		path_of(crt, sizeof(crt), "client.crt");
+		path_of(key, sizeof(key), "client.key");
+		harness_https(ca, crt, key);
+	}
 
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_set_timeout(tc, 180);
@@ -464,7 +494,8 @@ int main(void)
 		tcase_add_test(tc, plain_text_refused);
 		tcase_add_test(tc, broker_signed_by_another_ca);
 	}
-	tcase_add_test(tc, secrets_never_on_the_wire);
+	tcase_add_test(tc, secrets_never_on_the_wire_http);
+	tcase_add_test(tc, secrets_never_on_the_wire_amqp);
 
 	harness_cluster_start();
 	if (tls_mode)
