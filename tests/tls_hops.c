@@ -314,16 +314,21 @@ END_TEST
 
 struct capture {
 	pid_t pid;
-	char file[PATH_MAX];
+	char file[PATH_MAX], err[PATH_MAX];
 };
 
-/* tcpdump on lo, only the test's own ports; returns once it captures. */
+/*
+ * tcpdump on lo, only the test's own ports, every packet handed over at once
+ * (--immediate-mode) and written at once (-U); returns once it captures. Its
+ * stderr goes to a file: a closed pipe would kill it with SIGPIPE when it
+ * prints its counts at the end, before it has written everything.
+ */
 static void capture_start(struct capture *cap, const int *ports, int nports)
 {
 	char filter[512];
-	int pfd[2], n = 0;
-	char buf[512];
-	size_t got = 0;
+	int n = 0, fd;
+	size_t len = 0;
+	char *out = NULL;
 
 	n += snprintf(filter + n, sizeof(filter) - (size_t)n, "tcp and (");
 	for (int i = 0; i < nports; i++)
@@ -332,33 +337,32 @@ static void capture_start(struct capture *cap, const int *ports, int nports)
 	snprintf(filter + n, sizeof(filter) - (size_t)n, ")");
 	snprintf(cap->file, sizeof(cap->file), "%s/%s-wire.pcap", harness_cluster_dir(),
 		 env.dbname);
-	ck_assert_int_eq(pipe2(pfd, O_CLOEXEC), 0);
+	snprintf(cap->err, sizeof(cap->err), "%s/%s-tcpdump.log", harness_cluster_dir(),
+		 env.dbname);
+	fd = open(cap->err, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ck_assert_int_ge(fd, 0);
 	cap->pid = fork();
 	ck_assert_int_ge(cap->pid, 0);
 	if (cap->pid == 0) {
-		dup2(pfd[1], 2);
+		dup2(fd, 2);
 		proc_close_from(3);
 		proc_reset_signals();
-		execlp("tcpdump", "tcpdump", "-i", "lo", "-n", "-U", "-s", "0", "-w", cap->file,
-		       filter, (char *)NULL);
+		execlp("tcpdump", "tcpdump", "-i", "lo", "-n", "-U", "--immediate-mode", "-s", "0",
+		       "-w", cap->file, filter, (char *)NULL);
 		fprintf(stderr, "cannot run tcpdump: %s\n", strerror(errno));
 		_exit(127);
 	}
-	close(pfd[1]);
+	close(fd);
 	/* "listening on lo, ..." once the capture runs */
-	while (got < sizeof(buf) - 1) {
-		ssize_t r = read(pfd[0], buf + got, sizeof(buf) - 1 - got);
-
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-		buf[got] = '\0';
-		if (strstr(buf, "listening on"))
+	for (long long end = now_ms() + 30000; now_ms() < end; usleep(20 * 1000)) {
+		free(out);
+		out = slurp(cap->err, &len);
+		if ((out && strstr(out, "listening on")) || waitpid(cap->pid, NULL, WNOHANG) != 0)
 			break;
 	}
-	close(pfd[0]);
-	buf[got] = '\0';
-	ck_assert_msg(strstr(buf, "listening on"), "tcpdump did not start: %s", buf);
+	ck_assert_msg(out && strstr(out, "listening on"), "tcpdump did not start: %s",
+		      out ? out : "");
+	free(out);
 }
 
 /* Stops the capture (tcpdump writes what it has on SIGINT); the file's bytes. */
@@ -432,6 +436,7 @@ static void wire_run(const char *transport)
 	}
 	free(data);
 	unlink(cap.file);
+	unlink(cap.err);
 }
 
 START_TEST(secrets_never_on_the_wire_http)
