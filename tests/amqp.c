@@ -1,7 +1,8 @@
 /*
- * Tests of what only the AMQP transport has (SPEC §8): the broker dying
- * under load, a consumer dying between its commit and its ack, poison
- * messages, and the broker's memory alarm. The guarantee tests every
+ * Tests of what only the AMQP transport has (README.md, "Running over
+ * RabbitMQ"): the broker dying under load, a consumer dying between its
+ * commit and its ack, poison messages, the broker's memory alarm, and one
+ * RabbitMQ user per service (least privilege). The guarantee tests every
  * transport must pass run from integration.c under both (integration-amqp);
  * the destination queue deleted (returns, dead letter, retry) is
  * dead_letters_and_retry there.
@@ -75,7 +76,7 @@ static void all_connected(void)
 		ck_assert(wait_metric(s, "saga_broker_up", 1));
 }
 
-/* Every saga terminal, and SPEC §5's invariants to the unit. */
+/* Every saga terminal, and the saga invariants to the unit. */
 static void check_invariants(int n, long long stock0, long long credit0)
 {
 	char sql[200];
@@ -109,7 +110,7 @@ static void check_invariants(int n, long long stock0, long long credit0)
 }
 
 /*
- * A message is the outbox row (SPEC §8): message_id, type, app_id, routed
+ * A message is the outbox row: message_id, type, app_id, routed
  * by the destination's name through exchange pgsaga, the body the payload.
  */
 START_TEST(message_is_the_outbox_row)
