@@ -22,7 +22,7 @@
 -- lower.
 --
 -- Variants, chosen per session by PGOPTIONS (the services set the same
--- option on their own connections, see db_pool_new in src/lib/db.c):
+-- option on their own connections, see db_pool_new in src/lib/pg/db.c):
 --   ceiling:      PGOPTIONS='-c pgsaga.local_wake=on'   the outbox triggers
 --                 send no NOTIFY (the services wake their own dispatcher)
 --   with NOTIFY:  PGOPTIONS='-c pgsaga.local_wake=off'  every transaction
@@ -32,7 +32,7 @@
 -- Needs: the three schemas migrated (start each service once on the
 -- database), stock for it-0001.. (-D items), a superuser (the script writes
 -- in all three schemas), -M prepared (the services prepare each statement
--- once per connection, see src/lib/db.c).
+-- once per connection, see src/lib/pg/db.c).
 --
 -- KEEP IN SYNC with the C code: every statement below names its source (as
 -- of the commit that removed the marks riding on the services' writes). The
@@ -117,7 +117,7 @@ SELECT rec.saga_id = :sid::uuid AS fresh,
 -- wake-up script: a row written from outside is due at once)
 
 -- 2. payment receives PayCommand: src/payment/main.c commands[] PayCommand,
---    run by src/lib/command.c ($5 PAYMENT_DEFAULT_CREDIT, $7 LEASE_MS); the
+--    run by src/lib/service/command.c ($5 PAYMENT_DEFAULT_CREDIT, $7 LEASE_MS); the
 --    PaymentSucceeded it writes is born claimed and sent at once.
 SELECT * FROM payment.handle_pay(:pcid, :sid, :cust, :amount::bigint, :credit::bigint, :trace,
                                  :lease_ms::int)
@@ -134,7 +134,7 @@ SELECT * FROM orchestrator.saga_apply(:p_event_id, :sid, 'PendingPayment', NULL,
                                       :lease_ms::int);
 
 -- 4. inventory receives ReserveInventoryCommand: src/inventory/main.c
---    commands[] ReserveInventoryCommand, run by src/lib/command.c.
+--    commands[] ReserveInventoryCommand, run by src/lib/service/command.c.
 SELECT * FROM inventory.handle_reserve(:rcid, :sid, :item, :qty::int, :trace, :lease_ms::int)
 \gset i_
 

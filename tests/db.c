@@ -1,5 +1,5 @@
 /*
- * src/lib/db.c against a real PostgreSQL: grouped statements (group commit,
+ * src/lib/pg/db.c against a real PostgreSQL: grouped statements (group commit,
  * db_query_grouped) share one transaction when they wait together, route
  * each result to its own caller, and when one of them fails the others
  * still commit, alone, exactly once.

@@ -104,8 +104,11 @@ static void cat_files(const char *out, const char *a, const char *b)
 	free(both);
 }
 
+static long long started;
+
 static void setup(void)
 {
+	started = now_ms();
 	env_create(&env);
 	snprintf(dir, sizeof(dir), "%s/tls-%s", harness_cluster_dir(), env.dbname);
 	snprintf(dir2, sizeof(dir2), "%s/tls-%s-other", harness_cluster_dir(), env.dbname);
@@ -121,6 +124,7 @@ static void teardown(void)
 
 	env_destroy(&env);
 	harness_https(NULL, NULL, NULL);
+	fprintf(stderr, "tls: test took %lld ms\n", now_ms() - started);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", dir, dir2);
 	if (system(cmd) != 0)
 		fprintf(stderr, "tls: cannot remove %s\n", dir);

@@ -6,11 +6,11 @@
 #include <stdio.h>
 
 #include "admin_api.h"
-#include "app.h"
+#include "service.h"
 #include "command.h"
 #include "jsonx.h"
 
-static struct app app;
+static struct service service;
 
 static const char *reserve_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
 				  char buf[COMMAND_MAX_EXTRA][32])
@@ -40,12 +40,12 @@ static const struct command_type commands[] = {
 
 static void post_command(struct evhttp_request *req, void *svc, const char *tail)
 {
-	command_handle(&app, commands, sizeof(commands) / sizeof(commands[0]), inmsg_http(req), tail);
+	command_handle(&service, commands, sizeof(commands) / sizeof(commands[0]), inmsg_http(req), tail);
 }
 
 static void consume(struct inmsg m, const char *type)
 {
-	command_handle(&app, commands, sizeof(commands) / sizeof(commands[0]), m, type);
+	command_handle(&service, commands, sizeof(commands) / sizeof(commands[0]), m, type);
 }
 
 static const struct httpd_route routes[] = {
@@ -62,13 +62,13 @@ static const struct admin_spec admin = {
 		"           FROM reservations r WHERE r.saga_id = $1))::text",
 };
 
-static const struct app_peer_spec peers[] = {
+static const struct service_peer_spec peers[] = {
 	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
 };
 
 int main(int argc, char **argv)
 {
-	const struct app_spec spec = {
+	const struct service_spec spec = {
 		.service = "inventory",
 		.about = "the inventory service: POST /commands/{ReserveInventoryCommand,"
 			 "ReleaseInventoryCommand}",
@@ -84,10 +84,10 @@ int main(int argc, char **argv)
 		.consume = consume,
 	};
 	bool done;
-	int rc = app_init(&app, &spec, argc, argv, &done);
+	int rc = service_init(&service, &spec, argc, argv, &done);
 
 	if (rc == 0 && !done)
-		rc = app_run(&app);
-	app_free(&app);
+		rc = service_run(&service);
+	service_free(&service);
 	return rc;
 }

@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "admin_api.h"
-#include "app.h"
+#include "saga_engine.h"
+#include "service.h"
 #include "db.h"
 #include "httpd.h"
 #include "jsonx.h"
@@ -115,7 +116,7 @@ static void list_done(void *arg, PGresult *res, const struct db_error *err)
 	struct json_object *o, *bad;
 
 	if (err->status != DB_OK) {
-		app_db_error(req, err, "admin sagas");
+		reply_db_error(req, err, "admin sagas");
 		return;
 	}
 	o = admin_parse_db(db_val(res, 0, 0));
@@ -133,7 +134,7 @@ static void list_done(void *arg, PGresult *res, const struct db_error *err)
 
 static void list_sagas(struct evhttp_request *req, void *svc, const char *tail)
 {
-	struct app *app = svc;
+	struct service *service = svc;
 	struct list_params p = { { NULL } };
 	char states[160], cursor_us[24], cursor_id[UUID_STR_LEN];
 	const char *bad;
@@ -155,7 +156,7 @@ static void list_sagas(struct evhttp_request *req, void *svc, const char *tail)
 		p.v[0] ? states : NULL, p.v[1], p.v[2], p.v[3], p.v[4], p.v[5],
 		p.v[6] ? p.v[6] : "50",	p.v[7] ? cursor_us : NULL, p.v[7] ? cursor_id : NULL,
 	};
-	db_query(app->pool, list_sql, 9, params, list_done, req);
+	db_query(service->pool, list_sql, 9, params, list_done, req);
 	list_params_free(&p);
 }
 
@@ -164,7 +165,7 @@ static void list_sagas(struct evhttp_request *req, void *svc, const char *tail)
 static const char saga_sql[] = "SELECT admin_saga($1)::text";
 
 struct detail {
-	struct app *app;
+	struct service *service;
 	struct evhttp_request *req;
 	char id[UUID_STR_LEN];
 };
@@ -248,7 +249,7 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
 	const char *pp[4] = { NULL };
 
 	if (err->status != DB_OK) {
-		app_db_error(d->req, err, "admin saga");
+		reply_db_error(d->req, err, "admin saga");
 		free(d);
 		return;
 	}
@@ -264,7 +265,7 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
 		received_for(saga, names[i], paths[i] + n, sizeof(paths[i]) - (size_t)n);
 		pp[i] = paths[i];
 	}
-	admin_gather(d->app, d->req, saga, pp, finish_messages, NULL);
+	admin_gather(d->req, saga, pp, finish_messages, NULL);
 	free(d);
 }
 
@@ -300,13 +301,13 @@ static void get_saga(struct evhttp_request *req, void *svc, const char *tail)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		abort();
-	d->app = svc;
+	d->service = svc;
 	d->req = req;
 	/* lower case, as the services write it in their messages */
 	for (size_t i = 0; i < UUID_STR_LEN - 1; i++)
 		d->id[i] = (char)tolower((unsigned char)tail[i]);
 	const char *params[1] = { d->id };
-	db_query(d->app->pool, saga_sql, 1, params, detail_done, d);
+	db_query(d->service->pool, saga_sql, 1, params, detail_done, d);
 }
 
 /* --- POST /admin/api/sagas/{id}/cancel ---------------------------------- */
@@ -315,7 +316,7 @@ static const char state_sql[] =
 	"SELECT state, compensation FROM saga_instances WHERE saga_id = $1";
 
 struct cancel {
-	struct app *app;
+	struct service *service;
 	struct evhttp_request *req;
 	char id[UUID_STR_LEN];
 	char *reason;
@@ -353,7 +354,7 @@ static void cancel_applied(void *arg, enum saga_outcome o, const struct db_error
 		httpd_error(c->req, 404, "not_found", "no such saga");
 		break;
 	case SAGA_OUT_DB_ERROR:
-		app_db_error(c->req, err, "cancel");
+		reply_db_error(c->req, err, "cancel");
 		break;
 	default:
 		/* it moved on meanwhile: decide again from where it is now */
@@ -375,7 +376,7 @@ static void cancel_state(void *arg, PGresult *res, const struct db_error *err)
 	int st, undo;
 
 	if (err->status != DB_OK) {
-		app_db_error(c->req, err, "cancel");
+		reply_db_error(c->req, err, "cancel");
 		cancel_free(c);
 		return;
 	}
@@ -410,7 +411,7 @@ static void cancel_read(struct cancel *c)
 {
 	const char *params[1] = { c->id };
 
-	db_query(c->app->pool, state_sql, 1, params, cancel_state, c);
+	db_query(c->service->pool, state_sql, 1, params, cancel_state, c);
 }
 
 static void post_saga(struct evhttp_request *req, void *svc, const char *tail)
@@ -459,7 +460,7 @@ static void post_saga(struct evhttp_request *req, void *svc, const char *tail)
 	if (!c || !(c->reason = strdup(reason)))
 		abort();
 	json_object_put(obj);
-	c->app = svc;
+	c->service = svc;
 	c->req = req;
 	for (size_t i = 0; i < UUID_STR_LEN - 1; i++)
 		c->id[i] = (char)tolower((unsigned char)id[i]);

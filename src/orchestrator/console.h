@@ -5,7 +5,7 @@
  *
  * Its routes are HTTPD_ADMIN_OPEN admin routes: without ADMIN_TOKEN they
  * do not exist (404), and the admin gate adds the security headers
- * (admin.h), among them the Content-Security-Policy that allows only the
+ * (admin_gate.h), among them the Content-Security-Policy that allows only the
  * console's own files, so nothing inline runs and nothing is loaded from
  * another origin. The files need no credential (the sign-in form is one of
  * them); what needs it is the admin API they call. Each file carries an

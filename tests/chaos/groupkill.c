@@ -1,6 +1,6 @@
 /*
  * groupkill: payment is SIGKILLed while a group commit (db_query_grouped,
- * src/lib/db.c) holding several PayCommands is in flight, and every saga of
+ * src/lib/pg/db.c) holding several PayCommands is in flight, and every saga of
  * the group must still be charged exactly once.
  *
  * How the group is made to form and stay in flight, without sleeps:

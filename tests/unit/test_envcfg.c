@@ -1,5 +1,7 @@
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "envcfg.h"
 #include "suites.h"
@@ -247,6 +249,104 @@ START_TEST(test_parse_addr)
 }
 END_TEST
 
+static const char *url;
+static const struct envcfg_var file_table[] = {
+	{ "T_URL", ENVCFG_STRING, &url, NULL, 0, 0, "a URL", false, true },
+};
+
+/* Writes content to a new temporary file; its name goes to path. */
+static void temp_file(char *path, size_t len, const char *content)
+{
+	int fd;
+
+	snprintf(path, len, "/tmp/pgsaga-envcfg-XXXXXX");
+	fd = mkstemp(path);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, content, strlen(content)), (ssize_t)strlen(content));
+	close(fd);
+}
+
+START_TEST(test_value_from_file)
+{
+	char path[64], err[256];
+
+	unsetenv("T_URL");
+	temp_file(path, sizeof(path), "postgresql://u:pw@h/db\n");
+	setenv("T_URL_FILE", path, 1);
+	ck_assert_int_eq(envcfg_load(file_table, 1, err, sizeof(err)), 0);
+	/* one trailing newline removed, nothing else */
+	ck_assert_str_eq(url, "postgresql://u:pw@h/db");
+	unlink(path);
+	temp_file(path, sizeof(path), "tok\n\n");
+	setenv("T_URL_FILE", path, 1);
+	ck_assert_int_eq(envcfg_load(file_table, 1, err, sizeof(err)), 0);
+	ck_assert_str_eq(url, "tok\n");
+	unlink(path);
+	/* an empty _FILE is unset: the variable itself counts */
+	setenv("T_URL_FILE", "", 1);
+	setenv("T_URL", "direct", 1);
+	ck_assert_int_eq(envcfg_load(file_table, 1, err, sizeof(err)), 0);
+	ck_assert_str_eq(url, "direct");
+	unsetenv("T_URL");
+	unsetenv("T_URL_FILE");
+	envcfg_release();
+}
+END_TEST
+
+START_TEST(test_value_and_file_both_set)
+{
+	char path[64], err[256];
+
+	temp_file(path, sizeof(path), "from-file");
+	setenv("T_URL", "secret-direct-value", 1);
+	setenv("T_URL_FILE", path, 1);
+	ck_assert_int_eq(envcfg_load(file_table, 1, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "T_URL and T_URL_FILE"));
+	ck_assert_ptr_null(strstr(err, "secret-direct-value"));
+	ck_assert_ptr_null(strstr(err, "from-file"));
+	unlink(path);
+	unsetenv("T_URL");
+	unsetenv("T_URL_FILE");
+}
+END_TEST
+
+START_TEST(test_unreadable_file)
+{
+	char err[256];
+
+	unsetenv("T_URL");
+	setenv("T_URL_FILE", "/nonexistent/pgsaga-secret", 1);
+	ck_assert_int_eq(envcfg_load(file_table, 1, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "T_URL_FILE"));
+	ck_assert_ptr_nonnull(strstr(err, "/nonexistent/pgsaga-secret"));
+	unsetenv("T_URL_FILE");
+	/* neither set: required, and the message names both ways */
+	ck_assert_int_eq(envcfg_load(file_table, 1, err, sizeof(err)), -1);
+	ck_assert_ptr_nonnull(strstr(err, "T_URL_FILE"));
+}
+END_TEST
+
+START_TEST(test_redact)
+{
+	static const char *const cases[][2] = {
+		{ "amqp://guest:guest@127.0.0.1:5672/%2f", "amqp://guest:***@127.0.0.1:5672/%2f" },
+		{ "amqps://u:p@a:5671/v,amqps://u:q@b:5671/v", "amqps://u:***@a:5671/v,amqps://u:***@b:5671/v" },
+		{ "postgresql://saga_payment@h:5432/db", "postgresql://saga_payment@h:5432/db" },
+		{ "postgresql://h/db?user=u&password=pw&sslmode=verify-full",
+		  "postgresql://h/db?user=u&password=***&sslmode=verify-full" },
+		{ "host=h user=u password=secret dbname=d", "host=h user=u password=*** dbname=d" },
+		{ "host=h password='a b\\' c' dbname=d", "host=h password=*** dbname=d" },
+		{ "host=h mypassword=x", "host=h mypassword=x" },
+	};
+	char out[256];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		ck_assert_str_eq(envcfg_redact(cases[i][0], out, sizeof(out)), cases[i][1]);
+	/* truncated, still terminated */
+	ck_assert_str_eq(envcfg_redact("amqp://u:p@host", out, 8), "amqp://");
+}
+END_TEST
+
 Suite *envcfg_suite(void)
 {
 	Suite *s = suite_create("envcfg");
@@ -265,6 +365,10 @@ Suite *envcfg_suite(void)
 	tcase_add_test(tc, test_help_hides_secret);
 	tcase_add_test(tc, test_secret_default_ignored);
 	tcase_add_test(tc, test_secret_value_never_in_error);
+	tcase_add_test(tc, test_value_from_file);
+	tcase_add_test(tc, test_value_and_file_both_set);
+	tcase_add_test(tc, test_unreadable_file);
+	tcase_add_test(tc, test_redact);
 	suite_add_tcase(s, tc);
 	tcase_add_test(addr, test_parse_addr);
 	suite_add_tcase(s, addr);

@@ -31,7 +31,7 @@ typedef void (*httpd_fn)(struct evhttp_request *req, void *svc, const char *tail
  * Admin routes exist only while an admin gate is set (ADMIN_TOKEN); without
  * one they answer 404 like any unknown path. The gate runs before the
  * handler: it adds the admin answers' security headers and, for
- * HTTPD_ADMIN_AUTH, checks the credential (see admin.h).
+ * HTTPD_ADMIN_AUTH, checks the credential (see admin_gate.h).
  */
 enum httpd_admin {
 	HTTPD_ADMIN_NONE = 0, /* an ordinary route */

@@ -6,22 +6,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
 #include "db.h"
 #include "httpc.h"
 #include "httpd.h"
 #include "jsonx.h"
 #include "log.h"
 #include "outbox.h"
+#include "transport.h"
 #include "uuid.h"
 
 #define MAX_PEERS 4
 #define DEAD_LETTERS_SHOWN "500"
 #define RETRY_IDS_MAX 1000
 
-/* The orchestrator's clients for asking its peers; one app per process. */
+/* What the service gave admin_api_open; one service per process. */
+static struct admin_ctx C;
+
+/* The orchestrator's clients for asking its peers. */
 static struct {
-	struct app *app;
 	struct httpc_peer *peer[MAX_PEERS];
 	const char *name[MAX_PEERS];
 	size_t n;
@@ -132,13 +134,13 @@ static void peer_answered(void *arg, const struct httpc_result *r)
 		gather_end(g);
 }
 
-void admin_gather(struct app *app, struct evhttp_request *req, struct json_object *local,
+void admin_gather(struct evhttp_request *req, struct json_object *local,
 		  const char *const *paths, admin_finish_fn finish, void *arg)
 {
 	struct gather *g;
 	const char *headers[3] = { "Authorization", P.auth, NULL };
 
-	if (!app->spec->admin || !app->spec->admin->combine) {
+	if (!C.spec || !C.spec->combine) {
 		if (finish)
 			finish(local, arg);
 		admin_reply_json(req, local);
@@ -173,34 +175,32 @@ size_t admin_api_peers(const char *const **names)
 	return P.n;
 }
 
-void admin_api_open(struct app *app)
+void admin_api_open(const struct admin_ctx *ctx)
 {
 	struct httpc_opts o = {
 		.max_in_flight = 8,
-		.timeout_ms = (int)app->http_timeout_ms,
+		.timeout_ms = ctx->http_timeout_ms,
 		.breaker_failures = 3,
 		.breaker_open_ms = 2000,
+		.tls = ctx->tls,
 	};
 	char err[256];
 
-	P.app = app;
-	snprintf(P.auth, sizeof(P.auth), "Bearer %s", app->admin_token);
-	if (!app->spec->admin || !app->spec->admin->combine)
+	C = *ctx;
+	snprintf(P.auth, sizeof(P.auth), "Bearer %s", C.token);
+	if (!C.spec || !C.spec->combine)
 		return;
-	for (size_t i = 0; i < app->spec->npeers && P.n < MAX_PEERS; i++) {
-		const struct app_peer_spec *ps = &app->spec->peers[i];
-		const char *urls = getenv(ps->env);
+	for (size_t i = 0; i < C.npeers && P.n < MAX_PEERS; i++) {
 		/* its own clients: admin reads must not trip the delivery breaker */
-		struct httpc_peer *p = httpc_peer_new(app->base, ps->destination,
-						      urls && *urls ? urls : ps->def, &o, err,
-						      sizeof(err));
+		struct httpc_peer *p = httpc_peer_new(C.base, C.peer_names[i], C.peer_urls[i], &o,
+						      err, sizeof(err));
 
 		if (!p) {
 			log_error("admin: %s", err); /* the same URLs opened before: unlikely */
 			continue;
 		}
 		P.peer[P.n] = p;
-		P.name[P.n++] = ps->destination;
+		P.name[P.n++] = C.peer_names[i];
 	}
 }
 
@@ -209,6 +209,7 @@ void admin_api_close(void)
 	for (size_t i = 0; i < P.n; i++)
 		httpc_peer_free(P.peer[i]);
 	memset(&P, 0, sizeof(P));
+	memset(&C, 0, sizeof(C));
 }
 
 /* The same path and query for every peer. */
@@ -223,10 +224,9 @@ static void same_for_peers(struct evhttp_request *req, const char *paths[MAX_PEE
 /* --- handlers ------------------------------------------------------------- */
 
 struct query {
-	struct app *app;
 	struct evhttp_request *req;
 	const char *key; /* the result goes under this key, or is the object itself */
-	void (*fix)(struct app *app, struct json_object *local); /* before combining */
+	void (*fix)(struct json_object *local); /* before combining */
 	const char *paths[MAX_PEERS];
 	char path_buf[MAX_PEERS][160];
 };
@@ -237,7 +237,7 @@ static void query_done(void *arg, PGresult *res, const struct db_error *err)
 	struct json_object *o, *v;
 
 	if (err->status != DB_OK) {
-		app_db_error(q->req, err, "admin");
+		reply_db_error(q->req, err, "admin");
 		free(q);
 		return;
 	}
@@ -249,25 +249,24 @@ static void query_done(void *arg, PGresult *res, const struct db_error *err)
 		o = v;
 	}
 	if (q->fix)
-		q->fix(q->app, o);
-	admin_gather(q->app, q->req, o, q->paths, NULL, NULL);
+		q->fix(o);
+	admin_gather(q->req, o, q->paths, NULL, NULL);
 	free(q);
 }
 
-static struct query *query_new(struct app *app, struct evhttp_request *req, const char *key)
+static struct query *query_new(struct evhttp_request *req, const char *key)
 {
 	struct query *q = calloc(1, sizeof(*q));
 
 	if (!q)
 		abort();
-	q->app = app;
 	q->req = req;
 	q->key = key;
 	return q;
 }
 
 /* Each destination's circuit, from this process's transport (HTTP or AMQP). */
-static void add_breakers(struct app *app, struct json_object *o)
+static void add_breakers(struct json_object *o)
 {
 	struct json_object *rows;
 
@@ -279,29 +278,28 @@ static void add_breakers(struct app *app, struct json_object *o)
 
 		if (!json_object_object_get_ex(row, "destination", &d))
 			continue;
-		for (size_t k = 0; k < app->spec->npeers; k++)
-			if (strcmp(app->spec->peers[k].destination, json_object_get_string(d)) == 0)
-				state = app->transport->ops->breaker(app->transport,
-								     json_object_get_string(d));
+		for (size_t k = 0; k < C.npeers; k++)
+			if (strcmp(C.peer_names[k], json_object_get_string(d)) == 0)
+				state = C.transport->ops->breaker(C.transport,
+								  json_object_get_string(d));
 		json_object_object_add(row, "breaker", state ? json_object_new_string(state) : NULL);
 	}
 }
 
 static void deliveries(struct evhttp_request *req, void *svc, const char *tail)
 {
-	struct app *app = svc;
-	struct query *q = query_new(app, req, "deliveries");
+	struct query *q = query_new(req, "deliveries");
 
 	q->fix = add_breakers;
 	char dests[256] = "{";
 
-	for (size_t i = 0; i < app->spec->npeers; i++)
+	for (size_t i = 0; i < C.npeers; i++)
 		snprintf(dests + strlen(dests), sizeof(dests) - strlen(dests), "%s%s", i ? "," : "",
-			 app->spec->peers[i].destination);
+			 C.peer_names[i]);
 	strcat(dests, "}");
 	same_for_peers(req, q->paths);
-	const char *params[2] = { app->spec->service, dests };
-	db_query(app->pool, "SELECT admin_deliveries($1, $2::text[])::text", 2, params, query_done,
+	const char *params[2] = { C.service, dests };
+	db_query(C.pool, "SELECT admin_deliveries($1, $2::text[])::text", 2, params, query_done,
 		 q);
 }
 
@@ -321,7 +319,6 @@ static int peer_index(const char *name)
  */
 static void dead_letters(struct evhttp_request *req, void *svc, const char *tail)
 {
-	struct app *app = svc;
 	bool answered;
 	char *service = admin_param(req, "service", 64, &answered), *type;
 	struct query *q;
@@ -334,7 +331,7 @@ static void dead_letters(struct evhttp_request *req, void *svc, const char *tail
 		free(service);
 		return;
 	}
-	if (service && strcmp(service, app->spec->service) != 0 &&
+	if (service && strcmp(service, C.service) != 0 &&
 	    (peer = peer_index(service)) < 0) {
 		httpd_error(req, 400, "invalid_field", "service: expected orchestrator, payment or inventory%s",
 			    P.n ? "" : " (this one's own)");
@@ -342,21 +339,21 @@ static void dead_letters(struct evhttp_request *req, void *svc, const char *tail
 		free(type);
 		return;
 	}
-	q = query_new(app, req, NULL);
+	q = query_new(req, NULL);
 	same_for_peers(req, q->paths);
 	if (peer >= 0) {
 		/* only the peer's part: ours stays empty */
 		for (size_t i = 0; i < MAX_PEERS; i++)
 			if ((int)i != peer)
 				q->paths[i] = NULL;
-		admin_gather(app, req, admin_parse_db("{\"deadLetters\":[],\"groups\":[]}"), q->paths,
+		admin_gather(req, admin_parse_db("{\"deadLetters\":[],\"groups\":[]}"), q->paths,
 			     NULL, NULL);
 		free(q);
 	} else {
 		if (service) /* ours only */
 			memset(q->paths, 0, sizeof(q->paths));
-		const char *params[3] = { app->spec->service, type, DEAD_LETTERS_SHOWN };
-		db_query(app->pool, "SELECT admin_dead_letters($1, $2, $3::int)::text", 3, params,
+		const char *params[3] = { C.service, type, DEAD_LETTERS_SHOWN };
+		db_query(C.pool, "SELECT admin_dead_letters($1, $2, $3::int)::text", 3, params,
 			 query_done, q);
 	}
 	free(service);
@@ -366,7 +363,6 @@ static void dead_letters(struct evhttp_request *req, void *svc, const char *tail
 /* --- POST /admin/api/dead-letters/retry -------------------------------- */
 
 struct retry {
-	struct app *app;
 	struct evhttp_request *req;
 };
 
@@ -377,13 +373,13 @@ static void retried(void *arg, PGresult *res, const struct db_error *err)
 	int n;
 
 	if (err->status != DB_OK) {
-		app_db_error(r->req, err, "admin retry");
+		reply_db_error(r->req, err, "admin retry");
 		free(r);
 		return;
 	}
 	n = atoi(PQgetvalue(res, 0, 0));
 	if (n > 0)
-		outbox_kick(r->app->outbox); /* delivered again at once */
+		outbox_kick(C.outbox); /* delivered again at once */
 	log_info("admin: %d dead letter(s) back to pending", n);
 	snprintf(body, sizeof(body), "{\"retried\":%d}", n);
 	httpd_reply(r->req, 200, body);
@@ -443,7 +439,6 @@ static const char *retry_ids(struct json_object *obj, char **ids)
 
 static void retry(struct evhttp_request *req, void *svc, const char *tail)
 {
-	struct app *app = svc;
 	size_t len;
 	const char *body = httpd_body(req, &len), *service = NULL, *type = NULL, *error = NULL;
 	const char *bad = NULL, *narrows = NULL;
@@ -459,7 +454,7 @@ static void retry(struct evhttp_request *req, void *svc, const char *tail)
 	if (!json_object_is_type(obj, json_type_object))
 		bad = "body";
 	else if (jsonx_get_str(obj, "service", 64, &service) != 0 ||
-		 (strcmp(service, app->spec->service) != 0 && (peer = peer_index(service)) < 0))
+		 (strcmp(service, C.service) != 0 && (peer = peer_index(service)) < 0))
 		bad = "service";
 	else if (json_object_object_get_ex(obj, "all", &all_v) &&
 		 !json_object_is_type(all_v, json_type_boolean))
@@ -492,7 +487,6 @@ static void retry(struct evhttp_request *req, void *svc, const char *tail)
 
 	if (!r)
 		abort();
-	r->app = app;
 	r->req = req;
 	if (peer >= 0) {
 		const char *headers[3] = { "Authorization", P.auth, NULL };
@@ -502,7 +496,7 @@ static void retry(struct evhttp_request *req, void *svc, const char *tail)
 	} else {
 		const char *params[4] = { ids, all ? "true" : "false", type, error };
 
-		db_query(app->pool, "SELECT admin_retry($1::uuid[], $2::boolean, $3, $4)", 4, params,
+		db_query(C.pool, "SELECT admin_retry($1::uuid[], $2::boolean, $3, $4)", 4, params,
 			 retried, r);
 	}
 	json_object_put(obj);
@@ -518,8 +512,7 @@ static void retry(struct evhttp_request *req, void *svc, const char *tail)
  */
 static void saga_part(struct evhttp_request *req, void *svc, const char *tail)
 {
-	struct app *app = svc;
-	const struct admin_spec *as = app->spec->admin;
+	const struct admin_spec *as = C.spec;
 	bool answered;
 	char *received, ids[40 * 64 + 3] = "{", *tok, *save = NULL;
 	struct query *q;
@@ -547,9 +540,9 @@ static void saga_part(struct evhttp_request *req, void *svc, const char *tail)
 	}
 	strcat(ids, "}");
 	free(received);
-	q = query_new(app, req, NULL);
-	const char *params[3] = { tail, app->spec->service, ids };
-	db_query(app->pool, as->saga_row_sql, 3, params, query_done, q);
+	q = query_new(req, NULL);
+	const char *params[3] = { tail, C.service, ids };
+	db_query(C.pool, as->saga_row_sql, 3, params, query_done, q);
 }
 
 static const struct httpd_route routes[] = {

@@ -1,5 +1,5 @@
-/* httpio: see httpio.h. */
-#include "httpio.h"
+/* http_flush: see http_flush.h. */
+#include "http_flush.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -8,7 +8,7 @@
 
 #include "tls.h"
 
-void httpio_write_now(struct evhttp_connection *evcon)
+void http_flush_now(struct evhttp_connection *evcon)
 {
 	struct bufferevent *bev = evcon ? evhttp_connection_get_bufferevent(evcon) : NULL;
 	struct evbuffer *out = bev ? bufferevent_get_output(bev) : NULL;
@@ -19,7 +19,8 @@ void httpio_write_now(struct evhttp_connection *evcon)
 	 * nothing queued: not connected yet (evhttp writes after the connect);
 	 * over TLS the socket takes only what OpenSSL wrote, which it does itself
 	 */
-	if (fd < 0 || tls_is_tls(bev) || evbuffer_get_length(out) == 0 || !(bufferevent_get_enabled(bev) & EV_WRITE))
+	if (fd < 0 || tls_is_tls(bev) || evbuffer_get_length(out) == 0 ||
+	    !(bufferevent_get_enabled(bev) & EV_WRITE))
 		return;
 	/* the bufferevent keeps its output's front frozen except while it writes */
 	evbuffer_unfreeze(out, 1);

@@ -1,5 +1,5 @@
-/* admin: see admin.h. This file holds the gate and the session endpoints. */
-#include "admin.h"
+/* admin_gate: see admin_gate.h. */
+#include "admin_gate.h"
 
 #include <event2/http.h>
 #include <stdio.h>
@@ -9,7 +9,6 @@
 
 #include "admin_api.h"
 #include "admin_auth.h"
-#include "app.h"
 #include "httpd.h"
 #include "jsonx.h"
 #include "log.h"
@@ -23,6 +22,9 @@
  * with how many came since, so a flood does not flood the log too.
  */
 #define FAIL_LOG_S 60
+
+/* ADMIN_TOKEN, from admin_enable; one service per process. */
+static const char *admin_token;
 
 static long long fails_unlogged;
 static int64_t fails_logged_at;
@@ -65,13 +67,12 @@ static void failed(struct evhttp_request *req)
 }
 
 /* The request's valid session cookie, copied into out; false when none. */
-static bool session_of(struct evhttp_request *req, const struct app *app,
-		       char out[ADMIN_COOKIE_LEN])
+static bool session_of(struct evhttp_request *req, char out[ADMIN_COOKIE_LEN])
 {
 	const char *h = httpd_header(req, "Cookie");
 
 	return h && admin_cookie_get(h, ADMIN_COOKIE_NAME, out, ADMIN_COOKIE_LEN) &&
-	       admin_session_valid(app->admin_token, out, (int64_t)time(NULL));
+	       admin_session_valid(admin_token, out, (int64_t)time(NULL));
 }
 
 static bool is_get(struct evhttp_request *req)
@@ -83,7 +84,6 @@ static bool is_get(struct evhttp_request *req)
 
 static bool admin_gate(struct evhttp_request *req, void *arg, bool need_auth)
 {
-	struct app *app = arg;
 	const char *auth = httpd_header(req, "Authorization");
 	char cookie[ADMIN_COOKIE_LEN], csrf[ADMIN_CSRF_LEN];
 
@@ -92,13 +92,13 @@ static bool admin_gate(struct evhttp_request *req, void *arg, bool need_auth)
 		return true;
 	if (auth) {
 		if (strncasecmp(auth, "Bearer ", 7) != 0 ||
-		    !admin_token_equal(auth + 7, app->admin_token)) {
+		    !admin_token_equal(auth + 7, admin_token)) {
 			failed(req);
 			return false;
 		}
 		return true;
 	}
-	if (!session_of(req, app, cookie)) {
+	if (!session_of(req, cookie)) {
 		evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate",
 				  "Bearer");
 		httpd_error(req, 401, "unauthorized", "sign in, or send the admin token as a bearer");
@@ -107,7 +107,7 @@ static bool admin_gate(struct evhttp_request *req, void *arg, bool need_auth)
 	if (!is_get(req)) {
 		const char *got = httpd_header(req, "X-Pgsaga-Csrf");
 
-		admin_csrf(app->admin_token, cookie, csrf);
+		admin_csrf(admin_token, cookie, csrf);
 		if (!got || !admin_token_equal(got, csrf)) {
 			httpd_error(req, 403, "csrf_missing",
 				    "a POST with the session cookie needs the X-Pgsaga-Csrf header");
@@ -117,18 +117,17 @@ static bool admin_gate(struct evhttp_request *req, void *arg, bool need_auth)
 	return true;
 }
 
-static void reply_csrf(struct evhttp_request *req, const struct app *app, const char *cookie)
+static void reply_csrf(struct evhttp_request *req, const char *cookie)
 {
 	char csrf[ADMIN_CSRF_LEN], body[96];
 
-	admin_csrf(app->admin_token, cookie, csrf);
+	admin_csrf(admin_token, cookie, csrf);
 	snprintf(body, sizeof(body), "{\"csrf\":\"%s\"}", csrf);
 	httpd_reply(req, 200, body);
 }
 
 static void sign_in(struct evhttp_request *req, void *svc, const char *tail)
 {
-	struct app *app = svc;
 	char err[128], cookie[ADMIN_COOKIE_LEN], header[ADMIN_COOKIE_LEN + 128];
 	size_t len;
 	const char *token, *body = httpd_body(req, &len);
@@ -144,32 +143,31 @@ static void sign_in(struct evhttp_request *req, void *svc, const char *tail)
 		httpd_error(req, 400, "invalid_field", "token is missing or invalid");
 		return;
 	}
-	bool ok = admin_token_equal(token, app->admin_token);
+	bool ok = admin_token_equal(token, admin_token);
 
 	json_object_put(obj);
 	if (!ok) {
 		failed(req);
 		return;
 	}
-	admin_session_new(app->admin_token, (int64_t)time(NULL), cookie);
+	admin_session_new(admin_token, (int64_t)time(NULL), cookie);
 	/* Secure only over TLS: the console is also served over plain http on
 	 * localhost, where a browser would drop a Secure cookie */
 	snprintf(header, sizeof(header), "%s=%s; HttpOnly; SameSite=Strict; Path=/; Max-Age=%d%s",
 		 ADMIN_COOKIE_NAME, cookie, ADMIN_SESSION_S, httpd_over_tls() ? "; Secure" : "");
 	evhttp_add_header(evhttp_request_get_output_headers(req), "Set-Cookie", header);
-	reply_csrf(req, app, cookie);
+	reply_csrf(req, cookie);
 }
 
 static void session_get(struct evhttp_request *req, void *svc, const char *tail)
 {
-	struct app *app = svc;
 	char cookie[ADMIN_COOKIE_LEN];
 
-	if (!session_of(req, app, cookie)) {
+	if (!session_of(req, cookie)) {
 		httpd_error(req, 401, "unauthorized", "not signed in");
 		return;
 	}
-	reply_csrf(req, app, cookie);
+	reply_csrf(req, cookie);
 }
 
 static void sign_out(struct evhttp_request *req, void *svc, const char *tail)
@@ -195,14 +193,16 @@ size_t admin_routes(const struct httpd_route **out)
 	return sizeof(routes) / sizeof(routes[0]);
 }
 
-void admin_enable(struct app *app)
+void admin_enable(const struct admin_ctx *ctx)
 {
-	admin_api_open(app);
-	httpd_set_admin_gate(app->httpd, admin_gate, app);
+	admin_token = ctx->token;
+	admin_api_open(ctx);
+	httpd_set_admin_gate(ctx->httpd, admin_gate, NULL);
 	metrics_series(failures(), ""); /* shown as 0 from the start */
 }
 
 void admin_disable(void)
 {
 	admin_api_close();
+	admin_token = NULL;
 }

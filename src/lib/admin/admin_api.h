@@ -20,9 +20,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct app;
+struct db_pool;
+struct event_base;
 struct evhttp_request;
+struct httpd;
 struct httpd_route;
+struct outbox;
+struct transport;
 
 struct admin_spec {
 	bool combine;             /* answers gather the peers' parts (orchestrator) */
@@ -35,8 +39,32 @@ struct admin_spec {
 /* The API routes common to the three services (static). */
 size_t admin_api_routes(const struct httpd_route **out);
 
-/* Opens the HTTP clients to the peers (combine only); admin_api_close frees them. */
-void admin_api_open(struct app *app);
+/*
+ * What the admin API needs from the service that serves it. The service
+ * fills it in; admin_api_open copies it (the pointers must outlive
+ * admin_api_close), so the admin module never sees the service's own struct.
+ */
+struct admin_ctx {
+	const char *service;           /* this service's name and schema: "payment" */
+	const char *token;             /* ADMIN_TOKEN */
+	const struct admin_spec *spec; /* the service's part, or NULL */
+	struct event_base *base;
+	struct httpd *httpd;
+	struct db_pool *pool;
+	struct outbox *outbox;       /* kicked after a retry */
+	struct transport *transport; /* asked for each destination's circuit */
+	const char *const *peer_names; /* the destinations ("payment", ...) */
+	const char *const *peer_urls;  /* and their base URL lists */
+	size_t npeers;
+	int http_timeout_ms;
+	struct tls *tls;               /* for https:// peers (tls.h) */
+};
+
+/*
+ * Remembers ctx (one service per process) and opens the HTTP clients to
+ * the peers (combine only); admin_api_close frees them.
+ */
+void admin_api_open(const struct admin_ctx *ctx);
 void admin_api_close(void);
 
 /*
@@ -47,8 +75,8 @@ void admin_api_close(void);
  * at once.
  */
 typedef void (*admin_finish_fn)(struct json_object *result, void *arg);
-void admin_gather(struct app *app, struct evhttp_request *req, struct json_object *local,
-		  const char *const *paths, admin_finish_fn finish, void *arg);
+void admin_gather(struct evhttp_request *req, struct json_object *local, const char *const *paths,
+		  admin_finish_fn finish, void *arg);
 
 /* The peers the orchestrator combines, by name ("payment", ...); count. */
 size_t admin_api_peers(const char *const **names);

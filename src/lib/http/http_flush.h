@@ -1,10 +1,10 @@
 /*
- * httpio: write an evhttp connection's pending bytes now.
+ * http_flush: write an evhttp connection's pending bytes now.
  *
  * evhttp queues a reply or a request on the connection's bufferevent,
  * which writes it only after the next epoll_wait reports the socket
  * writable: per message two more epoll_ctl (write interest on, then off)
- * and one more trip through the loop. httpio_write_now writes the bytes at
+ * and one more trip through the loop. http_flush_now writes the bytes at
  * once and, when all of them went out, tells evhttp the write is done the
  * way the bufferevent would, so the same evhttp code runs, one turn sooner.
  *
@@ -15,11 +15,11 @@
  * invalid afterwards. Errors and short writes are left to the bufferevent,
  * which meets them again on its next write and reports them as before.
  */
-#ifndef PGSAGA_HTTPIO_H
-#define PGSAGA_HTTPIO_H
+#ifndef PGSAGA_HTTP_FLUSH_H
+#define PGSAGA_HTTP_FLUSH_H
 
 struct evhttp_connection;
 
-void httpio_write_now(struct evhttp_connection *evcon);
+void http_flush_now(struct evhttp_connection *evcon);
 
 #endif

@@ -114,49 +114,6 @@ struct transport *transport_http_new(const char *const *dests, struct httpc_peer
 				     size_t n, const char *token);
 
 /*
- * AMQP (SPEC §8), through an mq_link thread (see mq_link.h for why):
- * publishes confirmed and mandatory, a breaker per destination as over
- * HTTP; deliveries of pgsaga.<service> handed to consume. on_up(arg) runs
- * each time the broker connection comes up (the outbox sweeps then).
- * o is copied; dests must outlive the transport, the other strings are
- * borrowed for the call only. Returns NULL with a reason in err.
- */
-/* A message a receiver refused for good: what transport_amqp_opts.refused keeps. */
-struct transport_refusal {
-	const char *id;   /* the message_id property, as it came ("" when absent) */
-	const char *type; /* the type property ("" when absent) */
-	const char *body; /* len bytes, NUL-terminated */
-	size_t len;
-	int status;       /* the handler's answer */
-	const char *why;  /* and its text */
-};
-
-struct transport_amqp_opts {
-	const char *url, *service;
-	const char *const *dests; /* where it may send (the peers), ndests of them */
-	size_t ndests;
-	int prefetch;
-	const char *tls_ca, *tls_cert, *tls_key; /* amqps:// (NULL or "": unset) */
-	int breaker_failures, breaker_open_ms;
-	int retry_base_ms, retry_cap_ms; /* a delivery that failed for now waits this */
-	inmsg_fn consume;
-	void (*on_up)(void *arg);
-	/*
-	 * A delivery refused for good (a 4xx answer) is handed here before it is
-	 * rejected into pgsaga.dead, so that the service keeps it where operators
-	 * look (a dead letter of its own outbox); the call ends with
-	 * done(tok, retry): retry asks for the delivery again later (the record
-	 * could not be written for now), else it is rejected. NULL: rejected at
-	 * once.
-	 */
-	void (*refused)(void *arg, const struct transport_refusal *r,
-			void (*done)(void *tok, bool retry), void *tok);
-	void *arg;
-};
-struct transport *transport_amqp_new(struct event_base *base, const struct transport_amqp_opts *o,
-				     char *err, size_t errlen);
-
-/*
  * The traceparent for the next hop of trace (32 hex digits): same trace, a
  * new span. False when trace is NULL or not 32 characters long.
  */
@@ -212,6 +169,16 @@ static inline void inmsg_drop(struct inmsg m)
 /* Answers {"error":{"code":code,"message":...}} with status. */
 void inmsg_error(struct inmsg m, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/*
+ * The generic database failure as the answer to a message: 503 with
+ * Retry-After for DB_UNAVAILABLE (HTTP; over AMQP, delivered again later),
+ * else 500, logged once here with what.
+ */
+struct db_error;
+void inmsg_db_error(struct inmsg m, const struct db_error *err, const char *what);
+/* The same for an HTTP request: inmsg_db_error(inmsg_http(req), ...). */
+void reply_db_error(struct evhttp_request *req, const struct db_error *err, const char *what);
 
 
 #endif

@@ -1,11 +1,11 @@
 /*
- * app: what the three services share around their own routes and SQL:
+ * service: what the three services share around their own routes and SQL:
  * settings, logging, migrations, the event base, the database pool, the
  * peers, the outbox dispatcher, the HTTP server with /healthz, /readyz and
  * /metrics, fault injection, and graceful shutdown on SIGTERM/SIGINT.
  */
-#ifndef PGSAGA_APP_H
-#define PGSAGA_APP_H
+#ifndef PGSAGA_SERVICE_H
+#define PGSAGA_SERVICE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,13 +21,13 @@ struct evhttp_request;
 
 struct admin_spec;
 
-struct app_peer_spec {
+struct service_peer_spec {
 	const char *destination; /* outbox destination, e.g. "payment" */
 	const char *env;         /* e.g. "PAYMENT_URL" */
 	const char *def;         /* default URL */
 };
 
-struct app_spec {
+struct service_spec {
 	const char *service; /* schema, role suffix and log name: "payment" */
 	const char *about;   /* one line for --help */
 	const char *default_addr;
@@ -37,24 +37,24 @@ struct app_spec {
 	size_t nvars;
 	const struct httpd_route *routes; /* the service's own routes */
 	size_t nroutes;
-	const struct app_peer_spec *peers;
+	const struct service_peer_spec *peers;
 	size_t npeers;
 	bool faults; /* FAULT_* settings and POST /admin/faults */
 	const struct admin_spec *admin; /* the service's admin API part (admin_api.h) */
 	inmsg_fn consume; /* messages from the broker (TRANSPORT=amqp) */
 };
 
-struct app {
-	const struct app_spec *spec;
+struct service {
+	const struct service_spec *spec;
 	struct event_base *base;
 	struct db_pool *pool;
 	struct outbox *outbox;
 	struct httpd *httpd;
 	struct httpc_peer **peers;
 	const char **dests;        /* peers[i] serves dests[i] */
+	const char **urls;         /* at urls[i] (comma-separated) */
 	struct transport *transport;
 	struct tls *tls; /* HTTPS server and client contexts (tls.h), reloaded on SIGHUP */
-	void *svc; /* the service's own state */
 
 	/* common settings */
 	const char *database_url;
@@ -83,37 +83,39 @@ struct app {
  * pool, peers, dispatcher and HTTP server. Returns 0, or prints why to
  * stderr and returns an exit code (0 after --help).
  */
-__attribute__((warn_unused_result)) int app_init(struct app *app, const struct app_spec *spec,
+__attribute__((warn_unused_result)) int service_init(struct service *service, const struct service_spec *spec,
 						 int argc, char **argv, bool *done);
 
 /*
  * Runs the loop until SIGTERM or SIGINT, then drains; returns the exit
  * status. SIGHUP re-reads the TLS files (tls_reload).
  */
-int app_run(struct app *app);
-void app_free(struct app *app);
+int service_run(struct service *service);
+void service_free(struct service *service);
 
 /*
  * Fault injection gate for an internal command handler, called first after
  * the token check (over HTTP) or on delivery (over AMQP). Returns true when
  * it took over the message: answered 500 (fail rate) or arranged for
- * next(m, app, tail) to be called after the delay. Returns false when the
+ * next(m, service, tail) to be called after the delay. Returns false when the
  * handler should go on at once.
  */
-typedef void (*app_next_fn)(struct inmsg m, struct app *app, const char *tail);
-bool app_fault_gate(struct app *app, struct inmsg m, const char *tail, app_next_fn next);
+typedef void (*service_next_fn)(struct inmsg m, struct service *service, const char *tail);
+bool service_fault_gate(struct service *service, struct inmsg m, const char *tail, service_next_fn next);
 
 /*
  * Answers, unless the drop-response fault fires: then the answer is lost
  * (HTTP: the connection is closed; AMQP: not acknowledged, so redelivered)
  * although the effect has committed.
  */
-void app_reply(struct app *app, struct inmsg m, int status, const char *json);
+void service_reply(struct service *service, struct inmsg m, int status, const char *json);
 
-/* 503 for DB_UNAVAILABLE, else 500 (logged): the generic database failure. */
-struct db_error;
-void app_db_error(struct evhttp_request *req, const struct db_error *err, const char *what);
-/* The same as the answer to a message (HTTP or AMQP). */
-void app_msg_db_error(struct inmsg m, const struct db_error *err, const char *what);
+/* --- the parts (health.c, faults.c) ---------------------------------------- */
+
+/* GET /healthz, /readyz and /metrics (static; the route's svc is the service). */
+size_t service_health_routes(const struct httpd_route **out);
+
+/* POST /admin/faults (internal token), on a service with spec->faults. */
+extern const struct httpd_route service_fault_route;
 
 #endif

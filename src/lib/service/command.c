@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app.h"
+#include "service.h"
 #include "db.h"
 #include "httpd.h"
 #include "transport.h"
@@ -20,7 +20,7 @@ static const struct command_type *registered;
 static size_t nregistered;
 
 struct cmd_ctx {
-	struct app *app;
+	struct service *service;
 	struct inmsg m;
 	const struct command_type *type;
 	char command_id[UUID_STR_LEN];
@@ -41,26 +41,26 @@ static void handled(void *arg, PGresult *res, const struct db_error *err)
 			      .trace_id = c->trace[0] ? c->trace : NULL };
 
 	if (err->status != DB_OK) {
-		app_msg_db_error(c->m, err, c->type->name);
+		inmsg_db_error(c->m, err, c->type->name);
 		free(c);
 		return;
 	}
 	if (strcmp(PQgetvalue(res, 0, 0), "duplicate") == 0) {
 		metrics_inc(duplicates(), "", 1);
 		LOG_AT(LOG_DEBUG, &lc, "%s again: already handled", c->type->name);
-		app_reply(c->app, c->m, 200, "{\"duplicated\":true}");
+		service_reply(c->service, c->m, 200, "{\"duplicated\":true}");
 	} else {
 		const char *event = PQgetvalue(res, 0, 0);
 
 		LOG_AT(LOG_INFO, &lc, "%s handled: %s", c->type->name, event);
-		outbox_send(c->app->outbox, PQgetvalue(res, 0, 1), "event", "orchestrator", event,
+		outbox_send(c->service->outbox, PQgetvalue(res, 0, 1), "event", "orchestrator", event,
 			    PQgetvalue(res, 0, 2), c->trace[0] ? c->trace : NULL);
-		app_reply(c->app, c->m, 200, "{\"duplicated\":false}");
+		service_reply(c->service, c->m, 200, "{\"duplicated\":false}");
 	}
 	free(c);
 }
 
-static void run(struct inmsg m, struct app *app, const char *tail)
+static void run(struct inmsg m, struct service *service, const char *tail)
 {
 	const struct command_type *type = NULL;
 	const char *params[4 + COMMAND_MAX_EXTRA], *bad = NULL, *cid, *sid;
@@ -98,7 +98,7 @@ static void run(struct inmsg m, struct app *app, const char *tail)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		abort();
-	c->app = app;
+	c->service = service;
 	c->m = m;
 	c->type = type;
 	snprintf(c->command_id, sizeof(c->command_id), "%s", cid);
@@ -111,14 +111,14 @@ static void run(struct inmsg m, struct app *app, const char *tail)
 	} else {
 		params[2 + type->nextra] = NULL;
 	}
-	params[3 + type->nextra] = outbox_lease_ms(app->outbox);
+	params[3 + type->nextra] = outbox_lease_ms(service->outbox);
 	/* commits with the commands that wait beside it, in the order of the rows they lock */
-	db_query_grouped(app->pool, type->nextra > 0 ? params[2] : sid, type->sql, 4 + type->nextra,
+	db_query_grouped(service->pool, type->nextra > 0 ? params[2] : sid, type->sql, 4 + type->nextra,
 			 params, handled, c);
 	json_object_put(obj);
 }
 
-void command_handle(struct app *app, const struct command_type *types, size_t ntypes,
+void command_handle(struct service *service, const struct command_type *types, size_t ntypes,
 		    struct inmsg m, const char *tail)
 {
 	bool known = false;
@@ -131,7 +131,7 @@ void command_handle(struct app *app, const struct command_type *types, size_t nt
 		inmsg_error(m, 404, "unknown_type", "unknown command type");
 		return;
 	}
-	if (app_fault_gate(app, m, tail, run))
+	if (service_fault_gate(service, m, tail, run))
 		return;
-	run(m, app, tail);
+	run(m, service, tail);
 }

@@ -2,7 +2,6 @@
  * receiving through httpd). */
 #include "transport.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,15 +180,4 @@ static const struct inmsg_ops req_ops = { req_body,	   req_traceparent, req_repl
 struct inmsg inmsg_http(struct evhttp_request *req)
 {
 	return (struct inmsg){ &req_ops, req };
-}
-
-void inmsg_error(struct inmsg m, int status, const char *code, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	m.ops->error(m.h, status, code, msg);
 }

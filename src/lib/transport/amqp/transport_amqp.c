@@ -16,7 +16,7 @@
  * delivery (and its prefetch slot) meanwhile so a broken database is not
  * hammered.
  */
-#include "transport.h"
+#include "transport_amqp.h"
 
 #include <event2/event.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "breaker.h"
-#include "httpio.h"
+#include "http_flush.h"
 #include "metrics.h"
 #include "tls.h"
 
@@ -244,7 +244,7 @@ static bool send_call(struct slot *s, struct call *c)
 		s->evcon = NULL;
 		return false;
 	}
-	httpio_write_now(s->evcon);
+	http_flush_now(s->evcon);
 	return true;
 }
 

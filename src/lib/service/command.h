@@ -16,7 +16,7 @@
 
 #include "transport.h"
 
-struct app;
+struct service;
 
 #define COMMAND_MAX_EXTRA 4
 
@@ -29,7 +29,7 @@ struct command_type {
 	 */
 	const char *sql;
 	/*
-	 * Statements are grouped (db_query_grouped, src/lib/db.h), keyed by the
+	 * Statements are grouped (db_query_grouped, src/lib/pg/db.h), keyed by the
 	 * first extra field, which names the row the handler locks (the
 	 * customer's account, the item's stock), or by the saga id when there
 	 * is none.
@@ -44,7 +44,7 @@ struct command_type {
 };
 
 /* Handles one command of type tail (the {Type} part of the path). */
-void command_handle(struct app *app, const struct command_type *types, size_t ntypes,
+void command_handle(struct service *service, const struct command_type *types, size_t ntypes,
 		    struct inmsg m, const char *tail);
 
 #endif

@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "httpio.h"
+#include "http_flush.h"
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
@@ -162,7 +162,7 @@ void httpd_reply_buf(struct evhttp_request *req, int status, struct evbuffer *bo
 	evhttp_send_reply(req, status, reason_phrase(status), body);
 	in_flight--;
 	if (evcon && !in_dispatch)
-		httpio_write_now(evcon); /* evcon may be gone after this */
+		http_flush_now(evcon); /* evcon may be gone after this */
 }
 
 void httpd_reply(struct evhttp_request *req, int status, const char *json)

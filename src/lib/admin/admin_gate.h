@@ -1,6 +1,8 @@
 /*
- * admin: the admin API (SPEC §9) as every service serves it, on when
- * ADMIN_TOKEN is set (else each admin path answers 404).
+ * admin_gate: who may use the admin API and the console, and the session
+ * endpoints of signing in and out, as every service serves them, on when
+ * ADMIN_TOKEN is set (else each admin path answers 404). The API's data is
+ * admin_api.h's.
  *
  * Security, for every admin route (httpd's HTTPD_ADMIN_* routes, the
  * console's files included): the answers carry X-Content-Type-Options:
@@ -19,21 +21,21 @@
  *   GET  /admin/session                   -> 200 {"csrf": "..."} or 401
  *   POST /admin/session/logout            -> 200, cookie cleared
  */
-#ifndef PGSAGA_ADMIN_H
-#define PGSAGA_ADMIN_H
+#ifndef PGSAGA_ADMIN_GATE_H
+#define PGSAGA_ADMIN_GATE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 
-struct app;
+struct admin_ctx;
 struct evhttp_request;
 struct httpd_route;
 
 /* The routes of the admin API common to all services (borrowed, static). */
 size_t admin_routes(const struct httpd_route **out);
 
-/* Turns the admin routes on (app->admin_token is set, app->httpd open). */
-void admin_enable(struct app *app);
+/* Turns the admin routes on: ctx->token is set, ctx->httpd open (see admin_api.h). */
+void admin_enable(const struct admin_ctx *ctx);
 /* Frees what admin_enable opened (at exit). */
 void admin_disable(void);
 

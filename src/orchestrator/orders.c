@@ -1,0 +1,309 @@
+/* orders: see orders.h. */
+#include "orders.h"
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "jsonx.h"
+#include "log.h"
+#include "metrics.h"
+#include "outbox.h"
+#include "saga_engine.h"
+#include "service.h"
+#include "uuid.h"
+
+static struct {
+	struct service *service;
+	int64_t step_timeout_ms;
+	int64_t idempotency_ttl_s;
+	struct metric_family *started;
+	struct event *purge_timer;
+} R;
+
+/* --- POST /orders ----------------------------------------------------- */
+
+/*
+ * One statement, one transaction: the idempotency record, the saga, its
+ * first history row and its PayCommand. ON CONFLICT DO UPDATE (not DO
+ * NOTHING) so that a concurrent request with the same key waits for the
+ * first to commit and then gets its row back: DO NOTHING would return
+ * nothing, and a second SELECT in the same statement could not see a row
+ * committed after the statement's snapshot. The update changes the row only
+ * when it has expired, so the key then starts a new saga. The request is
+ * new exactly when the record ends up holding this request's saga id.
+ */
+static const char create_sql[] =
+	"WITH rec AS ("
+	"  INSERT INTO idempotency_records AS r"
+	"         (key, request_hash, saga_id, status, response, expires_at)"
+	"  VALUES ($1, encode(sha256(convert_to($2, 'UTF8')), 'hex'), $3, 201, $4::jsonb,"
+	"          now() + $5::int * interval '1 second')"
+	"  ON CONFLICT (key) DO UPDATE SET"
+	"    request_hash = CASE WHEN r.expires_at <= now() THEN excluded.request_hash"
+	"                        ELSE r.request_hash END,"
+	"    saga_id = CASE WHEN r.expires_at <= now() THEN excluded.saga_id ELSE r.saga_id END,"
+	"    status = CASE WHEN r.expires_at <= now() THEN excluded.status ELSE r.status END,"
+	"    response = CASE WHEN r.expires_at <= now() THEN excluded.response ELSE r.response END,"
+	"    created_at = CASE WHEN r.expires_at <= now() THEN now() ELSE r.created_at END,"
+	"    expires_at = CASE WHEN r.expires_at <= now() THEN excluded.expires_at"
+	"                      ELSE r.expires_at END"
+	"  RETURNING saga_id, request_hash, status, response),"
+	" s AS ("
+	"  INSERT INTO saga_instances (saga_id, state, version, customer_id, item_id, qty, amount,"
+	"                              deadline_at, trace_id)"
+	"  SELECT $3, 'PendingPayment', 1, $6, $7, $8::int, $9::bigint,"
+	"         now() + $10::bigint * interval '1 millisecond', $11"
+	"    FROM rec WHERE rec.saga_id = $3::uuid"
+	"  RETURNING saga_id),"
+	" h AS ("
+	"  INSERT INTO saga_history (saga_id, version, from_state, to_state, cause)"
+	"  SELECT saga_id, 1, NULL, 'PendingPayment', 'OrderPlaced' FROM s),"
+	" o AS ("
+	"  INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,"
+	"                               next_attempt_at)"
+	"  SELECT $12, 'command', 'payment', 'PayCommand', $13::jsonb, $11,"
+	"         now() + $14::int * interval '1 millisecond' FROM s)"
+	"SELECT rec.saga_id = $3::uuid,"
+	"       rec.request_hash = encode(sha256(convert_to($2, 'UTF8')), 'hex'),"
+	"       rec.status, rec.response->>'state', rec.saga_id"
+	"  FROM rec";
+
+struct order_ctx {
+	struct evhttp_request *req;
+	char saga_id[UUID_STR_LEN];
+	char cmd_id[UUID_STR_LEN];
+	char response[160];
+	char payload[320];
+	char trace[33];
+};
+
+/* The trace of an incoming traceparent, or a new one. */
+static void trace_id_of(struct evhttp_request *req, char out[33])
+{
+	char u[UUID_STR_LEN];
+
+	if (httpd_trace_id(httpd_header(req, "traceparent"), out))
+		return;
+	uuid_new(u);
+	snprintf(out, 33, "%.8s%.4s%.4s%.4s%.12s", u, u + 9, u + 14, u + 19, u + 24);
+}
+
+/*
+ * The answer to POST /orders, first time and replayed alike: the replay is
+ * the first answer byte for byte but for "duplicated" (ids are UUIDs and
+ * states are names: nothing to escape).
+ */
+static void order_answer(char *buf, size_t len, const char *saga_id, const char *state,
+			 bool duplicated)
+{
+	snprintf(buf, len, "{\"sagaId\":\"%s\",\"state\":\"%s\",\"duplicated\":%s}", saga_id,
+		 state, duplicated ? "true" : "false");
+}
+
+static void order_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct order_ctx *c = arg;
+	struct evhttp_request *req = c->req;
+	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+	char location[64];
+
+	if (err->status != DB_OK || PQntuples(res) != 1) {
+		if (err->status == DB_OK)
+			httpd_error(req, 500, "internal", "no idempotency record");
+		else
+			reply_db_error(req, err, "POST /orders");
+		free(c);
+		return;
+	}
+	bool fresh = PQgetvalue(res, 0, 0)[0] == 't';
+	bool same = PQgetvalue(res, 0, 1)[0] == 't';
+
+	if (!same) {
+		httpd_error(req, 422, "idempotency_key_reused",
+			    "this Idempotency-Key was used with a different body");
+		free(c);
+		return;
+	}
+	snprintf(location, sizeof(location), "/orders/%s", PQgetvalue(res, 0, 4));
+	evhttp_add_header(out, "Location", location);
+	if (fresh) {
+		struct log_ctx lc = { .saga_id = c->saga_id, .trace_id = c->trace };
+
+		metrics_inc(R.started, "", 1);
+		metrics_inc(saga_transitions_metric(), "from=\"\",to=\"PendingPayment\"", 1);
+		LOG_AT(LOG_INFO, &lc, "order accepted");
+		/* the PayCommand row was written claimed: send it now */
+		outbox_send(R.service->outbox, c->cmd_id, "command", "payment", "PayCommand", c->payload,
+			    c->trace);
+		httpd_reply(req, 201, c->response);
+	} else {
+		char again[sizeof(c->response)];
+
+		order_answer(again, sizeof(again), PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 3), true);
+		evhttp_add_header(out, "Idempotent-Replayed", "true");
+		httpd_reply(req, atoi(PQgetvalue(res, 0, 2)), again);
+	}
+	free(c);
+}
+
+void orders_post(struct evhttp_request *req, void *svc, const char *tail)
+{
+	const char *kh = httpd_header(req, "Idempotency-Key");
+	char key[256], err[128], qty_s[24], amount_s[24], ttl_s[24], step_s[24];
+	const char *customer, *item, *bad = NULL;
+	int64_t qty, amount;
+	struct json_object *obj;
+	size_t len;
+	const char *body;
+	char *canon;
+	struct order_ctx *c;
+
+	if (!kh) {
+		httpd_error(req, 400, "idempotency_key_missing", "the Idempotency-Key header is required");
+		return;
+	}
+	/* two lines mean "k1, k2" in HTTP: not a key the client meant, even if equal */
+	if (httpd_header_count(req, "Idempotency-Key") > 1 ||
+	    !httpd_idempotency_key(kh, key, sizeof(key))) {
+		httpd_error(req, 400, "idempotency_key_invalid",
+			    "Idempotency-Key must be one header of 1-255 visible ASCII characters");
+		return;
+	}
+	body = httpd_body(req, &len);
+	obj = jsonx_parse(body, len, err, sizeof(err));
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return;
+	}
+	if (!json_object_is_type(obj, json_type_object))
+		bad = "body";
+	else if (jsonx_get_id(obj, "customerId", &customer) != 0)
+		bad = "customerId";
+	else if (jsonx_get_id(obj, "itemId", &item) != 0)
+		bad = "itemId";
+	else if (jsonx_get_int(obj, "qty", 1, 1000, &qty) != 0)
+		bad = "qty";
+	else if (jsonx_get_int(obj, "amount", 1, 1000000000000LL, &amount) != 0)
+		bad = "amount";
+	if (bad) {
+		json_object_put(obj);
+		if (strcmp(bad, "body") == 0)
+			httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
+		else
+			httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
+		return;
+	}
+	canon = jsonx_canonical(obj);
+	if (!canon)
+		abort();
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		abort();
+	c->req = req;
+	uuid_new_v7(c->saga_id);
+	uuid_new_v7(c->cmd_id);
+	trace_id_of(req, c->trace);
+	order_answer(c->response, sizeof(c->response), c->saga_id, "PendingPayment", false);
+	/* ids match [A-Za-z0-9_-]{1,64}: nothing to escape */
+	snprintf(c->payload, sizeof(c->payload),
+		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"%s\",\"amount\":%lld}",
+		 c->cmd_id, c->saga_id, customer, (long long)amount);
+	snprintf(qty_s, sizeof(qty_s), "%lld", (long long)qty);
+	snprintf(amount_s, sizeof(amount_s), "%lld", (long long)amount);
+	snprintf(ttl_s, sizeof(ttl_s), "%lld", (long long)R.idempotency_ttl_s);
+	snprintf(step_s, sizeof(step_s), "%lld", (long long)R.step_timeout_ms);
+	const char *params[14] = { key,	  canon,     c->saga_id, c->response, ttl_s,
+				   customer, item,	     qty_s,	 amount_s,    step_s,
+				   c->trace, c->cmd_id, c->payload, outbox_lease_ms(R.service->outbox) };
+	/* commits with the creates and transitions that wait beside it (db.h) */
+	db_query_grouped(R.service->pool, c->saga_id, create_sql, 14, params, order_done, c);
+	free(canon);
+	json_object_put(obj);
+}
+
+/* --- GET /orders/{id} ------------------------------------------------- */
+
+static const char get_sql[] =
+	"SELECT json_build_object("
+	"  'sagaId', s.saga_id, 'state', s.state, 'version', s.version,"
+	"  'customerId', s.customer_id, 'itemId', s.item_id, 'qty', s.qty, 'amount', s.amount,"
+	"  'createdAt', rfc3339(s.created_at), 'updatedAt', rfc3339(s.updated_at),"
+	"  'history', (SELECT json_agg(json_build_object("
+	"                'version', h.version, 'fromState', h.from_state, 'toState', h.to_state,"
+	"                'cause', h.cause, 'messageId', h.message_id, 'at', rfc3339(h.at))"
+	"              ORDER BY h.version)"
+	"              FROM saga_history h WHERE h.saga_id = s.saga_id))::text"
+	"  FROM saga_instances s WHERE s.saga_id = $1";
+
+static void get_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct evhttp_request *req = arg;
+
+	if (err->status != DB_OK) {
+		reply_db_error(req, err, "GET /orders");
+		return;
+	}
+	if (PQntuples(res) == 0) {
+		httpd_error(req, 404, "not_found", "no such saga");
+		return;
+	}
+	char *body = jsonx_compact(PQgetvalue(res, 0, 0));
+
+	if (!body) {
+		httpd_error(req, 500, "internal", "could not write the saga");
+		return;
+	}
+	httpd_reply(req, 200, body);
+	free(body);
+}
+
+void orders_get(struct evhttp_request *req, void *svc, const char *tail)
+{
+	if (!uuid_valid(tail)) {
+		httpd_error(req, 400, "invalid_id", "expected a saga id (a UUID)");
+		return;
+	}
+	const char *params[1] = { tail };
+	db_query(R.service->pool, get_sql, 1, params, get_done, req);
+}
+
+/* --- expired idempotency records --------------------------------------- */
+
+static void purge_done(void *arg, PGresult *res, const struct db_error *err)
+{
+	if (err->status == DB_SQL_ERROR)
+		log_warn("idempotency purge failed: %s", err->message);
+}
+
+static void purge_cb(evutil_socket_t fd, short what, void *arg)
+{
+	if (!R.service->stopping)
+		db_query(R.service->pool, "SELECT purge_idempotency(1000)", 0, NULL, purge_done, NULL);
+}
+
+void orders_open(struct service *service, int64_t step_timeout_ms, int64_t idempotency_ttl_s)
+{
+	struct timeval every = { 60, 0 };
+
+	R.service = service;
+	R.step_timeout_ms = step_timeout_ms;
+	R.idempotency_ttl_s = idempotency_ttl_s;
+	R.started = metrics_family("saga_started_total", "Sagas started by POST /orders",
+				   METRIC_COUNTER);
+	metrics_series(R.started, "");
+	R.purge_timer = event_new(service->base, -1, EV_PERSIST, purge_cb, NULL);
+	if (!R.purge_timer)
+		abort();
+	event_add(R.purge_timer, &every);
+}
+
+void orders_close(void)
+{
+	if (R.purge_timer)
+		event_free(R.purge_timer);
+	memset(&R, 0, sizeof(R));
+}

@@ -1,0 +1,32 @@
+/*
+ * orders: the orchestrator's public API.
+ *
+ *   POST /orders        a new saga, idempotent by its Idempotency-Key: the
+ *                       idempotency record, the saga, its first history row
+ *                       and its PayCommand commit in one statement; the same
+ *                       key and body again get the first answer back
+ *   GET  /orders/{id}   the saga and its history
+ *
+ * Expired idempotency records are deleted in the background, a batch a minute.
+ */
+#ifndef PGSAGA_ORDERS_H
+#define PGSAGA_ORDERS_H
+
+#include <stdint.h>
+
+struct evhttp_request;
+struct service;
+
+/*
+ * Binds the routes to service (one per process) and starts the purge;
+ * step_timeout_ms is the first step's deadline, idempotency_ttl_s how long
+ * a key is remembered. orders_close undoes it.
+ */
+void orders_open(struct service *service, int64_t step_timeout_ms, int64_t idempotency_ttl_s);
+void orders_close(void);
+
+/* The routes (httpd_route handlers). */
+void orders_post(struct evhttp_request *req, void *svc, const char *tail);
+void orders_get(struct evhttp_request *req, void *svc, const char *tail);
+
+#endif
