@@ -678,6 +678,89 @@ START_TEST(circuit_breaker_stops_hammering)
 }
 END_TEST
 
+/*
+ * A peer's Retry-After is when the retry comes, not up to a sweep later: the
+ * outbox arms the wake once the failure mark has committed, so it never
+ * fires before the row is due (next_attempt_at is now() of the mark's
+ * transaction). A peer answering "503, Retry-After: 0" is then retried as
+ * soon as each mark commits, many times a second; a wake armed at the
+ * failure itself came before the mark's transaction began, found the row
+ * not yet due, and left the retry to the 1 s sweep. Counting attempts tells
+ * the two apart by an order of magnitude, not by a stopwatch.
+ */
+struct busy_peer {
+	int fd;
+	int attempts; /* atomic */
+	pthread_t th;
+};
+
+static void *busy_peer_run(void *arg)
+{
+	static const char answer[] = "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 0\r\n"
+				     "Content-Length: 0\r\nConnection: close\r\n\r\n";
+	struct busy_peer *p = arg;
+	int c;
+
+	while ((c = accept(p->fd, NULL, NULL)) >= 0) {
+		char buf[16384];
+		size_t got = 0;
+		ssize_t n;
+		char *end = NULL;
+
+		while (!end && got < sizeof(buf) - 1 &&
+		       (n = recv(c, buf + got, sizeof(buf) - 1 - got, 0)) > 0) {
+			got += (size_t)n;
+			buf[got] = '\0';
+			end = strstr(buf, "\r\n\r\n");
+		}
+		if (end) {
+			__atomic_add_fetch(&p->attempts, 1, __ATOMIC_SEQ_CST);
+			/* the body is left unread: the answer and the close end the exchange */
+			(void)!send(c, answer, sizeof(answer) - 1, MSG_NOSIGNAL);
+		}
+		close(c);
+	}
+	return NULL;
+}
+
+START_TEST(retry_after_is_when_the_retry_comes)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof(a);
+	struct busy_peer p = { .fd = socket(AF_INET, SOCK_STREAM, 0) };
+	char url[64], saga[UUID_STR_LEN];
+	int first = 0, later;
+
+	if (harness_amqp())
+		return; /* Retry-After is an HTTP peer's */
+	ck_assert_int_eq(bind(p.fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	ck_assert_int_eq(getsockname(p.fd, (struct sockaddr *)&a, &l), 0);
+	ck_assert_int_eq(listen(p.fd, 64), 0);
+	ck_assert_int_eq(pthread_create(&p.th, NULL, busy_peer_run, &p), 0);
+	snprintf(url, sizeof(url), "PAYMENT_URL=http://127.0.0.1:%d", ntohs(a.sin_port));
+	const char *const extra[] = { url, "BREAKER_FAILURES=1000000",
+				      "RETRY_MAX_ATTEMPTS=1000000", NULL };
+
+	env_start(&env, SVC_ORCH, extra);
+	env_start(&env, SVC_INV, NULL);
+	seed_stock("A001", 10);
+	env_new_order(&env, "c-ra", "A001", 1, 100, saga);
+	for (int waited = 0; waited < WAIT_MS && first == 0; waited += 50) {
+		usleep(50 * 1000);
+		first = __atomic_load_n(&p.attempts, __ATOMIC_SEQ_CST);
+	}
+	ck_assert_int_gt(first, 0);
+	usleep(4000 * 1000);
+	later = __atomic_load_n(&p.attempts, __ATOMIC_SEQ_CST);
+	shutdown(p.fd, SHUT_RDWR);
+	pthread_join(p.th, NULL);
+	close(p.fd);
+	/* retried as each mark commits: about a thousand here; by the sweep: 4 to 8 */
+	ck_assert_msg(later - first >= 50, "%d retries in 4 s after Retry-After: 0",
+		      later - first);
+}
+END_TEST
+
 /* --- events --------------------------------------------------------------- */
 
 static char *event_body(const char *event_id, const char *saga)
@@ -1882,6 +1965,114 @@ START_TEST(numbers_out_of_range_are_invalid_fields)
 END_TEST
 
 /*
+ * A \u0000 in customerId or itemId is well-formed JSON with a bad value:
+ * invalid_field naming the field, like any value off its pattern. In a key
+ * it stays invalid JSON (json-c would cut the key there).
+ */
+START_TEST(nul_in_an_id_is_an_invalid_field)
+{
+	static const char *const cases[][2] = {
+		{ "{\"customerId\":\"a\\u0000b\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}",
+		  "customerId" },
+		{ "{\"customerId\":\"c-nul\",\"itemId\":\"A001\\u0000\",\"qty\":1,\"amount\":100}",
+		  "itemId" },
+		{ "{\"customer\\u0000Id\":\"c-nul\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}",
+		  "invalid_json" },
+	};
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(env_post_order(&env, "nul-id", cases[i][0], &r), 400);
+		ck_assert_msg(strstr(r.body, i < 2 ? "\"invalid_field\"" : "\"invalid_json\"") &&
+				      strstr(r.body, cases[i][1]),
+			      "case %zu: %s", i, r.body);
+		http_resp_free(&r);
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL), 0);
+}
+END_TEST
+
+/*
+ * The same Idempotency-Key with a body that is not the same JSON value is
+ * 422, and numbers are compared as written: unknown fields holding integers
+ * beyond 64 bits (json-c clamps them to one bound) or decimals beyond a
+ * double's precision that differ are different bodies. The same numbers
+ * written with other zeros, keys in another order, are a replay.
+ */
+START_TEST(idempotency_compares_numbers_as_written)
+{
+	static const char *const x[][3] = {
+		{ "12345678901234567890", "12345678901234567891", "12345678901234567890" },
+		{ "123456789012345678901234", "123456789012345678901235", "123456789012345678901234" },
+		{ "1.00000000000000001", "1.00000000000000002", "100000000000000001e-17" },
+	};
+	char key[32], body[300];
+	struct http_resp r;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++) {
+		snprintf(key, sizeof(key), "as-written-%zu", i);
+		for (int j = 0; j < 3; j++) {
+			snprintf(body, sizeof(body),
+				 j < 2 ? "{\"customerId\":\"c-aw\",\"itemId\":\"A001\",\"qty\":1,"
+					 "\"amount\":100,\"x\":%s}"
+				       : "{\"x\":%s,\"amount\":100,\"qty\":1,\"itemId\":\"A001\","
+					 "\"customerId\":\"c-aw\"}",
+				 x[i][j]);
+			ck_assert_int_eq(env_post_order(&env, key, body, &r), j == 1 ? 422 : 201);
+			ck_assert_msg(j != 1 || strstr(r.body, "\"idempotency_key_reused\""),
+				      "%s: %s", x[i][1], r.body);
+			ck_assert_msg(j != 2 || strstr(r.body, "\"duplicated\":true"), "%s: %s",
+				      x[i][2], r.body);
+			http_resp_free(&r);
+		}
+	}
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
+				    NULL), 3);
+}
+END_TEST
+
+/*
+ * RFC 9112 §3.2: an HTTP/1.1 request without Host, or any request with two,
+ * is 400; HTTP/1.0 may leave Host out. A request target with a space in it
+ * is a malformed request line, 400, not a path that is not found.
+ */
+START_TEST(host_and_request_target_checked)
+{
+	static const struct {
+		const char *req;
+		int status;
+		const char *code;
+	} cases[] = {
+		{ "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", 400, "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nhost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_host\"" },
+		{ "GET /healthz HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n", 400, "\"invalid_host\"" },
+		{ "GET /healthz x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_target\"" },
+		{ "GET /nowhere x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 400,
+		  "\"invalid_target\"" },
+		{ "GET /healthz HTTP/1.0\r\n\r\n", 200, "\"status\"" },
+		{ "GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", 200, "\"status\"" },
+	};
+	int status;
+	char *text;
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		ck_assert_int_eq(raw_exchange(cases[i].req, strlen(cases[i].req), &status, &text), 1);
+		ck_assert_msg(status == cases[i].status && strstr(text, cases[i].code),
+			      "case %zu: %s", i, text);
+		free(text);
+	}
+}
+END_TEST
+
+/*
  * Peer names are resolved by libevent's asynchronous resolver, never by a
  * blocking getaddrinfo() on the loop. The services run with a getaddrinfo()
  * that never returns for "localhost" (tests/blockdns.c) and peers named
@@ -2122,6 +2313,7 @@ static Suite *integration_suite(void)
 	tcase_add_test(delivery, lost_response_is_deduplicated);
 	tcase_add_test(delivery, dead_letters_and_retry);
 	tcase_add_test(delivery, circuit_breaker_stops_hammering);
+	tcase_add_test(delivery, retry_after_is_when_the_retry_comes);
 	tcase_add_test(delivery, graceful_shutdown_exits_zero);
 	tcase_add_test(delivery, marks_written_at_shutdown);
 	tcase_add_test(delivery, database_outage);
@@ -2138,6 +2330,9 @@ static Suite *integration_suite(void)
 	tcase_add_test(edges, methods_answered_as_rfc_9110);
 	tcase_add_test(edges, nul_in_query_value_refused);
 	tcase_add_test(edges, numbers_out_of_range_are_invalid_fields);
+	tcase_add_test(edges, nul_in_an_id_is_an_invalid_field);
+	tcase_add_test(edges, idempotency_compares_numbers_as_written);
+	tcase_add_test(edges, host_and_request_target_checked);
 	tcase_add_test(edges, peer_names_resolved_without_blocking);
 	tcase_add_test(edges, retention_purges_what_is_done);
 	tcase_add_test(edges, answers_are_compact_json);

@@ -801,28 +801,28 @@ static void build_wire(void)
 		size_t len;
 	} w[] = {
 		{ K_WIRE, S("GET /healthz HTTP/1.1\r\nHost: x\r\nNoColonHere\r\n\r\n") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nContent-Length: abc\r\nIdempotency-Key: w1\r\n\r\n{}") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nContent-Length: -1\r\nIdempotency-Key: w2\r\n\r\n{}") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nContent-Length: 99999999999999999999\r\nIdempotency-Key: w3\r\n\r\n") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nContent-Length: 1048576\r\nIdempotency-Key: w4\r\n\r\n{}") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 60\r\nIdempotency-Key: w5\r\n\r\n{}") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nContent-Length: 100\r\nIdempotency-Key: w6\r\n\r\n{\"customerId\"") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nTransfer-Encoding: chunked\r\nIdempotency-Key: w7\r\n\r\nzz\r\n{}\r\n0\r\n\r\n") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nTransfer-Encoding: chunked\r\nIdempotency-Key: w8\r\n\r\n100000\r\n{}") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nTransfer-Encoding: chunked\r\nIdempotency-Key: w9\r\n\r\n2\r\n{}\r\n") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nTransfer-Encoding: gzip\r\nIdempotency-Key: w10\r\n\r\n{}") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\nIdempotency-Key: w11\r\n\r\n2\r\n{}\r\n0\r\n\r\n") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\nIdempotency-Key: w1\r\n\r\n{}") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\nIdempotency-Key: w2\r\n\r\n{}") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\nIdempotency-Key: w3\r\n\r\n") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\nIdempotency-Key: w4\r\n\r\n{}") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 60\r\nIdempotency-Key: w5\r\n\r\n{}") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nIdempotency-Key: w6\r\n\r\n{\"customerId\"") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nIdempotency-Key: w7\r\n\r\nzz\r\n{}\r\n0\r\n\r\n") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nIdempotency-Key: w8\r\n\r\n100000\r\n{}") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nIdempotency-Key: w9\r\n\r\n2\r\n{}\r\n") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nIdempotency-Key: w10\r\n\r\n{}") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\nIdempotency-Key: w11\r\n\r\n2\r\n{}\r\n0\r\n\r\n") },
 		{ K_WIRE, S("GET /healthz\r\n\r\n") },
 		{ K_WIRE, S("GET /healthz HTTP/2.0\r\n\r\n") },
-		{ K_WIRE, S("GET /healthz HTTP/1.1 extra\r\n\r\n") },
-		{ K_WIRE, S("GET  /healthz HTTP/1.1\r\n\r\n") },
-		{ K_WIRE, S("GET /heal\x00thz HTTP/1.1\r\n\r\n") },
+		{ K_WIRE, S("GET /healthz HTTP/1.1 extra\r\nHost: x\r\n\r\n") },
+		{ K_WIRE, S("GET  /healthz HTTP/1.1\r\nHost: x\r\n\r\n") },
+		{ K_WIRE, S("GET /heal\x00thz HTTP/1.1\r\nHost: x\r\n\r\n") },
 		{ K_WIRE, S("GET /nowhere HTTP/1.1\nHost: x\n\n") },
 		{ K_WIRE, S("\r\n\r\n") },
 		{ K_WIRE, S("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03") },
 		{ K_WIRE, S("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") },
 		{ K_WIRE, S("GET /healthz HTTP/1.1\r\nHost: x") },
-		{ K_WIRE, S("POST /orders HTTP/1.1\r\nIdempotency-Key: w12\r\nContent-Length: 5\r\n\r\n{}") },
+		{ K_WIRE, S("POST /orders HTTP/1.1\r\nHost: x\r\nIdempotency-Key: w12\r\nContent-Length: 5\r\n\r\n{}") },
 		{ K_WIRE, S("") },
 		{ K_METHOD, S("FOO /orders HTTP/1.1\r\nHost: x\r\n\r\n") },
 		{ K_METHOD, S("PROPFIND /orders HTTP/1.1\r\nHost: x\r\n\r\n") },
@@ -840,19 +840,19 @@ static void build_wire(void)
 	size_t big = 64 * 1024;
 	char *b = malloc(big + 256);
 	ck_assert_ptr_nonnull(b);
-	int n = snprintf(b, 256, "GET /healthz HTTP/1.1\r\nX-Big: ");
+	int n = snprintf(b, 256, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ");
 	memset(b + n, 'h', big);
 	memcpy(b + n + big, "\r\n\r\n", 4);
 	add_wire(K_WIRE, SVC_ORCH, b, (size_t)n + big + 4, "64 KiB header");
-	n = snprintf(b, 256, "POST /orders HTTP/1.1\r\nContent-Length: 2\r\nIdempotency-Key: ");
+	n = snprintf(b, 256, "POST /orders HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nIdempotency-Key: ");
 	memset(b + n, 'k', big);
 	memcpy(b + n + big, "\r\n\r\n{}", 6);
 	add_wire(K_WIRE, SVC_ORCH, b, (size_t)n + big + 6, "64 KiB Idempotency-Key");
 	n = snprintf(b, 256, "GET /");
 	memset(b + n, 'p', big);
-	n += snprintf(b + n + big, 64, " HTTP/1.1\r\n\r\n");
+	n += snprintf(b + n + big, 64, " HTTP/1.1\r\nHost: x\r\n\r\n");
 	add_wire(K_WIRE, SVC_ORCH, b, (size_t)n + big, "64 KiB request line");
-	n = snprintf(b, 256, "GET /healthz HTTP/1.1\r\n");
+	n = snprintf(b, 256, "GET /healthz HTTP/1.1\r\nHost: x\r\n");
 	size_t o = (size_t)n;
 	for (int i = 0; o + 16 < big; i++)
 		o += (size_t)sprintf(b + o, "X-%d: y\r\n", i);

@@ -4,7 +4,8 @@
  * sha256 is what the Idempotency-Key record compares.
  *
  * Properties checked besides "no crash, no leak, no UB":
- *  - an accepted field really has the documented shape (id pattern, bounds);
+ *  - an accepted field really has the documented shape (id pattern, bounds,
+ *    no NUL from a \u0000 escape);
  *  - the canonical text is itself accepted by jsonx_parse and is a fixed
  *    point (canonical(parse(canonical(v))) == canonical(v)): otherwise a
  *    client retrying with the same JSON value could get
@@ -23,6 +24,12 @@ static void check_id(struct json_object *obj, const char *key)
 	if (jsonx_get_id(obj, key, &s) != 0)
 		return;
 	size_t n = strlen(s);
+	struct json_object *f = NULL;
+
+	/* a \u0000 in the value would end s early: such an id is refused */
+	fuzz_check(json_object_object_get_ex(obj, key, &f) &&
+			   (size_t)json_object_get_string_len(f) == n,
+		   "%s: id holding a NUL accepted", key);
 
 	fuzz_check(n >= 1 && n <= 64, "%s: id of length %zu accepted", key, n);
 	for (size_t i = 0; i < n; i++) {

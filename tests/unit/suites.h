@@ -13,5 +13,6 @@ Suite *breaker_suite(void);
 Suite *httpd_suite(void);
 Suite *admin_auth_suite(void);
 Suite *httpc_suite(void);
+Suite *delivery_policy_suite(void);
 
 #endif

@@ -67,7 +67,8 @@ static const struct doc rejected[] = {
 	/* strings */
 	DOC("\"a\tb\""), DOC("\"a\nb\""), DOC("\"a\x01" "b\""), DOC("\"\\x41\""), DOC("\"\\u12\""),
 	DOC("\"\\u12g4\""), DOC("\"\\a\""), DOC("\"\\\""),
-	DOC("\"\\u0000\""), DOC("{\"a\\u0000b\":1}"),
+	/* json-c would cut a key at \u0000: "a\u0000b" and "a" one key */
+	DOC("{\"a\\u0000b\":1}"), DOC("{\"a\\u0000\" \t: 1}"), DOC("[{\"\\u0000\":1}]"),
 	DOC("\"\\ud800\""), DOC("\"\\udc00\""), DOC("\"\\ud800\\u0041\""), DOC("\"\\ud800x\""),
 	DOC("\"\\udbff\\ud800\""), DOC("\"\\ud800\"\""),
 	/* bytes */
@@ -106,6 +107,8 @@ static const struct doc accepted[] = {
 	DOC("\"\xf0\x9f\x98\x80 \xc3\xa9 \xe2\x82\xac \xef\xbf\xbf \xf4\x8f\xbf\xbf\""),
 	DOC("{\"a\":1,\"a\":2}"), DOC("\"it's\""), DOC("\"/* not a comment */\""),
 	DOC("\"NaN, 01, 'x'\""),
+	/* a NUL in a value is well-formed: the field readers refuse it */
+	DOC("\"\\u0000\""), DOC("{\"customerId\":\"a\\u0000b\"}"), DOC("[\"\\u0000\", 1]"),
 };
 
 START_TEST(test_accepts)
@@ -405,8 +408,8 @@ START_TEST(test_canonical)
 	/* The same number written two ways, once json-c has read it. */
 	canon_is("[1.50, 1.5e0, 15e-1]", "[1.5,1.5,1.5]");
 	canon_is("[1e3, 1000.0, -0]", "[1000.0,1000.0,0]");
-	/* Too large for a double: one JSON number that reads back the same. */
-	canon_is("[1e400, 10e999, -1e400, 1e999]", "[1e999,1e999,-1e999,1e999]");
+	/* Too large for a double: still the number written. */
+	canon_is("[1e400, 10e399, -1e400, 1e999]", "[1e+400,1e+400,-1e+400,1e+999]");
 	/* Bytewise key order: 'B' < '_' < 'a' < any UTF-8 lead byte. */
 	canon_is("{\"\xc3\xa9\":1,\"a\":2,\"_\":3,\"B\":4}",
 		 "{\"B\":4,\"_\":3,\"a\":2,\"\xc3\xa9\":1}");
@@ -417,6 +420,67 @@ START_TEST(test_canonical)
 	canon_differ("{\"qty\":1}", "{\"qty\":\"1\"}");
 	/* Integer 1 and double 1.0 are kept apart: integers only, as in jsonx_get_int. */
 	canon_differ("1", "1.0");
+}
+END_TEST
+
+/*
+ * Numbers are compared as written, not as the double or the clamped
+ * integer json-c reads: two requests with different numbers are never the
+ * same to the Idempotency-Key.
+ */
+START_TEST(test_canonical_numbers_as_written)
+{
+	static const char *const pairs[][2] = {
+		{ "{\"x\":12345678901234567890}", "{\"x\":12345678901234567891}" },
+		/* json-c clamps both to UINT64_MAX, or to INT64_MIN */
+		{ "{\"x\":123456789012345678901234}", "{\"x\":123456789012345678901235}" },
+		{ "{\"x\":18446744073709551616}", "{\"x\":18446744073709551617}" },
+		{ "{\"x\":-9223372036854775809}", "{\"x\":-9223372036854775810}" },
+		/* one double each */
+		{ "{\"x\":1.00000000000000001}", "{\"x\":1.00000000000000002}" },
+		{ "{\"x\":0.1}", "{\"x\":0.10000000000000001}" },
+		{ "{\"x\":1e400}", "{\"x\":2e400}" },
+		{ "{\"x\":1e-400}", "{\"x\":2e-400}" },
+	};
+
+	for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+		canon_differ(pairs[i][0], pairs[i][1]);
+	/* zeros that do not count, wherever they are written */
+	canon_is("[0.15e1, 15e-1, 1.50, 150E-2, 0.0015e3]", "[1.5,1.5,1.5,1.5,1.5]");
+	canon_is("[1e2, 100.0, 0.1e3, 1e+2]", "[100.0,100.0,100.0,100.0]");
+	canon_is("[0.00012, 0.000012, 1e17, 1.5e300, 0e5, -0.0]",
+		 "[0.00012,1.2e-05,1e+17,1.5e+300,0.0,-0.0]");
+	canon_is("[123456789012345678901234]", "[1.23456789012345678901234e+23]");
+	canon_is("[18446744073709551615, -9223372036854775808]",
+		 "[18446744073709551615,-9223372036854775808]");
+	canon_is("[1.00000000000000001]", "[1.00000000000000001]");
+	/* the canonical text reads back as itself */
+	canon_is("[1.23456789012345678901234e+23,1.2e-05,1e+400,1.00000000000000001]",
+		 "[1.23456789012345678901234e+23,1.2e-05,1e+400,1.00000000000000001]");
+}
+END_TEST
+
+/* A NUL in a value: well-formed JSON, an invalid field. */
+START_TEST(test_nul_in_value_is_a_field_error)
+{
+	struct json_object *v = parse("{\"customerId\":\"a\\u0000b\",\"itemId\":\"\\u0000\","
+				      "\"reason\":\"x\\u0000\",\"id\":\"c-1\"}");
+	const char *out = NULL;
+	char *c;
+
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(jsonx_get_id(v, "customerId", &out), -1);
+	ck_assert_int_eq(jsonx_get_id(v, "itemId", &out), -1);
+	ck_assert_int_eq(jsonx_get_str(v, "reason", 200, &out), -1);
+	ck_assert_int_eq(jsonx_get_uuid(v, "reason", &out), -1);
+	ck_assert_ptr_null(out);
+	ck_assert_int_eq(jsonx_get_id(v, "id", &out), 0);
+	c = jsonx_canonical(v);
+	ck_assert_str_eq(c, "{\"customerId\":\"a\\u0000b\",\"id\":\"c-1\",\"itemId\":\"\\u0000\","
+			    "\"reason\":\"x\\u0000\"}");
+	free(c);
+	json_object_put(v);
+	canon_differ("{\"x\":\"a\\u0000b\"}", "{\"x\":\"a\"}");
 }
 END_TEST
 
@@ -694,6 +758,8 @@ Suite *jsonx_suite(void)
 	suite_add_tcase(s, get);
 
 	tcase_add_test(out, test_canonical);
+	tcase_add_test(out, test_canonical_numbers_as_written);
+	tcase_add_test(out, test_nul_in_value_is_a_field_error);
 	tcase_add_test(out, test_canonical_null_and_built);
 	tcase_add_test(out, test_escape);
 	tcase_add_test(out, test_escape_never_splits);

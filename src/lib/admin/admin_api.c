@@ -426,7 +426,9 @@ static const char *retry_ids(struct json_object *obj, char **ids)
 		struct json_object *v = json_object_array_get_idx(arr, i);
 		const char *id = json_object_get_string(v);
 
-		if (!json_object_is_type(v, json_type_string) || !uuid_valid(id)) {
+		/* the length too: a \u0000 would end id early */
+		if (!json_object_is_type(v, json_type_string) || !uuid_valid(id) ||
+		    json_object_get_string_len(v) != UUID_STR_LEN - 1) {
 			free(*ids);
 			*ids = NULL;
 			return "messageIds";

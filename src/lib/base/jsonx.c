@@ -205,11 +205,15 @@ static int hex4(const unsigned char *p, size_t n, unsigned *out)
 
 /*
  * Checks the string starting at the opening quote b[*pos]; on success *pos
- * is just past the closing quote.
+ * is just past the closing quote, and *nul at the offset of its first
+ * \u0000 escape, or (size_t)-1 when it has none.
  */
-static int scan_string(const unsigned char *b, size_t len, size_t *pos, char *err, size_t errlen)
+static int scan_string(const unsigned char *b, size_t len, size_t *pos, size_t *nul, char *err,
+		       size_t errlen)
 {
 	size_t i = *pos + 1;
+
+	*nul = (size_t)-1;
 
 	while (i < len) {
 		unsigned char c = b[i];
@@ -247,14 +251,9 @@ static int scan_string(const unsigned char *b, size_t len, size_t *pos, char *er
 			set_err(err, errlen, "bad escape at offset %zu", i);
 			return -1;
 		}
-		/*
-		 * json-c would keep \u0000 in a value but cut a key at it, and
-		 * nothing here can use a NUL in a C string anyway.
-		 */
-		if (cp == 0) {
-			set_err(err, errlen, "\\u0000 at offset %zu", i);
-			return -1;
-		}
+		/* the caller decides: fine in a value, not in a key */
+		if (cp == 0 && *nul == (size_t)-1)
+			*nul = i;
 		/*
 		 * A lone surrogate has no UTF-8 form; json-c would quietly turn
 		 * it into U+FFFD, changing the value, so refuse it.
@@ -351,17 +350,56 @@ static bool token_is(const unsigned char *t, size_t n, const char *word)
  * literals. The structure (where commas and colons go, nesting) is left to
  * json-c, which checks it well.
  */
-static int scan_tokens(const unsigned char *b, size_t len, char *err, size_t errlen)
+/*
+ * An integer json-c would clamp: below INT64_MIN, or above UINT64_MAX (it
+ * keeps one between INT64_MAX and UINT64_MAX exactly, as a uint64).
+ */
+static bool int_clamps(const unsigned char *t, size_t n)
 {
-	size_t i = 0;
+	bool neg = n > 0 && t[0] == '-';
+	const char *lim = neg ? "9223372036854775808" : "18446744073709551615";
+	size_t nd = n - neg, nl = strlen(lim);
+
+	return nd > nl || (nd == nl && memcmp(t + neg, lim, nl) > 0);
+}
+
+/*
+ * Checks every token. *big counts the integers json-c would clamp; when out
+ * is given (len + 2 * *big + 1 bytes), it receives the document with ".0"
+ * after each of them, so that json-c reads them as doubles and keeps their
+ * text (see jsonx_parse), and *outlen its length.
+ */
+static int scan_tokens(const unsigned char *b, size_t len, size_t *big, char *out,
+		       size_t *outlen, char *err, size_t errlen)
+{
+	size_t i = 0, copied = 0, o = 0;
+
+	*big = 0;
 
 	while (i < len) {
 		size_t start = i;
 		bool is_int;
 
 		if (b[i] == '"') {
-			if (scan_string(b, len, &i, err, errlen) < 0)
+			size_t nul, k;
+
+			if (scan_string(b, len, &i, &nul, err, errlen) < 0)
 				return -1;
+			/*
+			 * json-c keeps a \u0000 in a string value, with its
+			 * length, but cuts an object key at it: "a\u0000b" and
+			 * "a" would be one key. A string followed by ':' is a key
+			 * (or the document is malformed anyway). In a value it is
+			 * well-formed JSON: the field readers refuse a string
+			 * holding a NUL, so it is an invalid field, not invalid
+			 * JSON, and the canonical form writes it back as \u0000.
+			 */
+			for (k = i; k < len && is_ws(b[k]); k++)
+				;
+			if (nul != (size_t)-1 && k < len && b[k] == ':') {
+				set_err(err, errlen, "\\u0000 in an object key at offset %zu", nul);
+				return -1;
+			}
 			continue;
 		}
 		if (is_delim(b[i])) {
@@ -388,7 +426,22 @@ static int scan_tokens(const unsigned char *b, size_t len, char *err, size_t err
 		 * fits is the field's (jsonx_get_int), so that 1e400 or twenty
 		 * digits are an invalid field, not invalid JSON.
 		 */
-		(void)is_int;
+		if (is_int && int_clamps(b + start, i - start)) {
+			(*big)++;
+			if (out) {
+				memcpy(out + o, b + copied, i - copied);
+				o += i - copied;
+				memcpy(out + o, ".0", 2);
+				o += 2;
+				copied = i;
+			}
+		}
+	}
+	if (out) {
+		memcpy(out + o, b + copied, len - copied);
+		o += len - copied;
+		out[o] = '\0';
+		*outlen = o;
 	}
 	return 0;
 }
@@ -480,6 +533,10 @@ static struct json_object *tree_parse(const char *buf, size_t len, char *err, si
 
 struct json_object *jsonx_parse(const char *buf, size_t len, char *err, size_t errlen)
 {
+	size_t big, wide_len;
+	char *wide;
+	struct json_object *v;
+
 	if (err && errlen > 0) { /* "ok", as set_err would write it, without a printf */
 		size_t n = errlen > 2 ? 2 : errlen - 1;
 
@@ -494,9 +551,24 @@ struct json_object *jsonx_parse(const char *buf, size_t len, char *err, size_t e
 		set_err(err, errlen, "document too large");
 		return NULL;
 	}
-	if (scan_tokens((const unsigned char *)buf, len, err, errlen) < 0)
+	if (scan_tokens((const unsigned char *)buf, len, &big, NULL, NULL, err, errlen) < 0)
 		return NULL;
-	return tree_parse(buf, len, err, errlen);
+	if (big == 0)
+		return tree_parse(buf, len, err, errlen);
+	/*
+	 * json-c clamps an integer beyond 64 bits to a bound, so that two
+	 * different numbers would be one value (in the canonical form, the
+	 * Idempotency-Key's comparison). Written with ".0" it is a double to
+	 * json-c, which keeps its text; the field readers refuse it either way.
+	 */
+	if (len + 2 * big + 1 > INT_MAX || !(wide = malloc(len + 2 * big + 1))) {
+		set_err(err, errlen, "document too large");
+		return NULL;
+	}
+	(void)scan_tokens((const unsigned char *)buf, len, &big, wide, &wide_len, err, errlen);
+	v = tree_parse(wide, wide_len, err, errlen);
+	free(wide);
+	return v;
 }
 
 char *jsonx_compact(const char *text)
@@ -650,28 +722,102 @@ static int canon_object(struct evbuffer *out, struct json_object *v)
 	return rc == 0 ? put(out, "}") : -1;
 }
 
-/*
- * A parsed double remembers its source text ("1.50"), so it is written
- * through a fresh double to get json-c's one formatting of the value.
- */
-static int canon_double(struct evbuffer *out, double d)
-{
-	struct json_object *tmp;
-	int rc;
+/* Beyond this an exponent's size is not followed: 1e(10^15) and 1e(10^16) are one value. */
+#define EXP_LIMIT 1000000000000000LL
 
-	/*
-	 * A number too large for a double (1e400) parses as an infinity, which
-	 * json-c would write as Infinity, not JSON: every such number is the
-	 * same value to us, written as one JSON number that parses back to it.
-	 */
-	if (isinf(d))
-		return put(out, d > 0 ? "1e999" : "-1e999");
-	tmp = json_object_new_double(d);
-	if (!tmp)
+/*
+ * The canonical text of the decimal number t[0..n) (RFC 8259 syntax): the
+ * number as written, not the double it rounds to, so 1.00000000000000001
+ * and 1.00000000000000002 stay two values (a double would make two
+ * different requests one to the Idempotency-Key). Zeros that do not count
+ * go ("1.50", "15e-1" and "0.15e1" are one value), and the digits are laid
+ * out as printf's %.17g lays them out (plain from 1e-4 to below 1e17, else
+ * d.ddde+XX), with ".0" on a whole number as json-c writes a double: a
+ * double that %.17g writes exactly (1.5, 100.0, 0.25) keeps the canonical
+ * text it always had.
+ */
+static int canon_decimal(struct evbuffer *out, const char *t, size_t n)
+{
+	char *d = malloc(n + 1);
+	size_t i = 0, nd = 0, frac = 0, lead = 0, k;
+	long long e = 0, sci;
+	bool neg = n > 0 && t[0] == '-', eneg = false;
+	int rc = 0;
+
+	if (!d)
 		return -1;
-	rc = put(out, json_object_to_json_string_ext(tmp, JSON_C_TO_STRING_PLAIN));
-	json_object_put(tmp);
-	return rc;
+	for (i = neg; i < n && is_digit((unsigned char)t[i]); i++)
+		d[nd++] = t[i];
+	if (i < n && t[i] == '.')
+		for (i++; i < n && is_digit((unsigned char)t[i]); i++, frac++)
+			d[nd++] = t[i];
+	if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+		if (++i < n && (t[i] == '+' || t[i] == '-'))
+			eneg = t[i++] == '-';
+		for (; i < n && is_digit((unsigned char)t[i]); i++)
+			if (e < EXP_LIMIT)
+				e = e * 10 + (t[i] - '0');
+	}
+	e = (eneg ? -e : e) - (long long)frac;
+	while (lead < nd && d[lead] == '0')
+		lead++;
+	while (nd > lead && d[nd - 1] == '0') {
+		nd--;
+		e++;
+	}
+	k = nd - lead;
+	if (k == 0) {
+		free(d);
+		return put(out, neg ? "-0.0" : "0.0");
+	}
+	sci = e + (long long)k - 1; /* d.ddd * 10^sci */
+	if (neg)
+		rc |= put(out, "-");
+	if (sci >= 17 || sci < -4) {
+		rc |= evbuffer_add(out, d + lead, 1);
+		if (k > 1) {
+			rc |= put(out, ".");
+			rc |= evbuffer_add(out, d + lead + 1, k - 1);
+		}
+		rc |= evbuffer_add_printf(out, "e%c%02lld", sci < 0 ? '-' : '+',
+					  sci < 0 ? -sci : sci) < 0;
+	} else if (sci >= 0) {
+		size_t whole = (size_t)sci + 1;
+
+		rc |= evbuffer_add(out, d + lead, whole < k ? whole : k);
+		for (size_t z = k; z < whole; z++)
+			rc |= put(out, "0");
+		rc |= put(out, ".");
+		rc |= whole < k ? evbuffer_add(out, d + lead + whole, k - whole) : put(out, "0");
+	} else {
+		rc |= put(out, "0.");
+		for (long long z = -sci - 1; z > 0; z--)
+			rc |= put(out, "0");
+		rc |= evbuffer_add(out, d + lead, k);
+	}
+	free(d);
+	return rc == 0 ? 0 : -1;
+}
+
+/*
+ * A parsed double keeps its text as json-c's userdata ("1.50"); one made in
+ * code is written through printf's %.17g first.
+ */
+static int canon_double(struct evbuffer *out, struct json_object *v)
+{
+	const char *text = json_object_get_userdata(v);
+	char tmp[64];
+	double d;
+	bool is_int;
+
+	if (text && valid_number((const unsigned char *)text, strlen(text), &is_int))
+		return canon_decimal(out, text, strlen(text));
+	d = json_object_get_double(v);
+	/* no JSON text for these: one number that parses back to an infinity */
+	if (!isfinite(d))
+		return put(out, d > 0 ? "1e999" : "-1e999");
+	snprintf(tmp, sizeof(tmp), "%.17g", d);
+	return canon_decimal(out, tmp, strlen(tmp));
 }
 
 static int canon_array(struct evbuffer *out, struct json_object *v)
@@ -697,7 +843,7 @@ static int canon_value(struct evbuffer *out, struct json_object *v)
 	case json_type_int:
 		return put(out, json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
 	case json_type_double:
-		return canon_double(out, json_object_get_double(v));
+		return canon_double(out, v);
 	case json_type_string:
 		/* With its length: a string built in code may hold a NUL. */
 		return buf_str_len(out, json_object_get_string(v),

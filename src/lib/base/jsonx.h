@@ -20,12 +20,16 @@
  *
  * Stricter than json-c alone (see jsonx.c): also refused are NaN/Infinity,
  * leading zeros, "1.", unescaped control characters in strings, overlong or
- * surrogate UTF-8, unpaired \uD800-style escapes and \u0000. A top-level
- * null is an error too, since json-c represents it as NULL.
+ * surrogate UTF-8, unpaired \uD800-style escapes and \u0000 in an object
+ * key (json-c would cut the key there). A \u0000 in a string value is
+ * well-formed and kept (with the string's length); the field readers
+ * refuse such a string, so it is an invalid field, not invalid JSON. A
+ * top-level null is an error too, since json-c represents it as NULL.
  *
- * A well-formed number that does not fit is not an error here: json-c
- * clamps an integer outside int64 to a bound and turns 1e400 into an
- * infinity, and the field reader refuses both (SPEC §6: invalid_field).
+ * A well-formed number that does not fit is not an error here: an integer
+ * beyond 64 bits is read as a double (json-c would clamp it to a bound)
+ * that keeps its text, 1e400 is an infinity that keeps its text, and the
+ * field reader refuses both (invalid_field).
  */
 __attribute__((warn_unused_result)) struct json_object *jsonx_parse(const char *buf, size_t len,
 								    char *err, size_t errlen);
@@ -53,8 +57,10 @@ __attribute__((warn_unused_result)) int jsonx_get_str(struct json_object *obj, c
 
 /*
  * Canonical text of a JSON value: object keys sorted (bytewise), no white
- * space, json-c's number and string formatting. Two documents that are the
- * same JSON value give the same text. Returns a malloc'd string (caller
+ * space, json-c's string formatting; integers as json-c writes them, other
+ * numbers as written less the zeros that do not count ("1.50", "15e-1" ->
+ * 1.5), never through a double, so numbers that differ as written differ
+ * here. Two documents that are the same JSON value give the same text. Returns a malloc'd string (caller
  * frees) or NULL on allocation failure.
  */
 __attribute__((warn_unused_result)) char *jsonx_canonical(struct json_object *v);

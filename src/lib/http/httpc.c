@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "breaker.h"
+#include "delivery_policy.h"
 #include "http_flush.h"
 #include "metrics.h"
 #include "tls.h"
@@ -166,8 +167,7 @@ static void request_done_cb(struct evhttp_request *req, void *arg)
 	}
 	s->error = NULL;
 	/* only the peer's own trouble counts against its circuit */
-	breaker_report(&in->br, r.status != 0 && r.status < 500 && r.status != 408 &&
-					r.status != 429,
+	breaker_report(&in->br, delivery_policy_breaker_ok(delivery_policy_http(r.status)),
 		       now_ms());
 	metric_set(in->up, in->br.state == BREAKER_CLOSED ? 0 : in->br.state == BREAKER_OPEN ? 1 : 2);
 	call_done(p, c, &r);

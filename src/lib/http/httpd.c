@@ -383,6 +383,40 @@ static const char *invalid_header(struct evhttp_request *req)
 }
 
 /*
+ * RFC 9112 §3.2: an HTTP/1.1 request carries exactly one Host, any request
+ * at most one (two could name one host to a proxy and another to us); an
+ * HTTP/1.0 one may have none.
+ */
+static const char *invalid_host(struct evhttp_request *req)
+{
+	struct evkeyval *kv;
+	int hosts = 0;
+
+	TAILQ_FOREACH(kv, evhttp_request_get_input_headers(req), next)
+		if (strcasecmp(kv->key, "Host") == 0 && ++hosts > 1)
+			return "more than one Host header";
+	if (hosts == 0 && (req->major > 1 || (req->major == 1 && req->minor >= 1)))
+		return "no Host header on an HTTP/1.1 request";
+	return NULL;
+}
+
+/*
+ * evhttp takes the request target as all between the first and the last
+ * space of the request line, so "GET /healthz x HTTP/1.1" reached the router
+ * as the path "/healthz x" (a 404). A target holds no white space and no
+ * control byte (RFC 9112 §3.2); a request line that has them is malformed.
+ */
+static const char *invalid_target(struct evhttp_request *req)
+{
+	const char *t = evhttp_request_get_uri(req);
+
+	for (; t && *t; t++)
+		if ((unsigned char)*t <= 0x20 || *t == 0x7f)
+			return "the request target holds white space or a control byte";
+	return NULL;
+}
+
+/*
  * Refuses what must not reach a handler, before anything is done. Answers
  * 400 and closes the connection, whose remaining bytes cannot be trusted.
  * Returns true when it answered.
@@ -394,6 +428,14 @@ static bool refuse_bad_framing(struct evhttp_request *req)
 	if (!why) {
 		code = "invalid_header";
 		why = invalid_header(req);
+	}
+	if (!why) {
+		code = "invalid_host";
+		why = invalid_host(req);
+	}
+	if (!why) {
+		code = "invalid_target";
+		why = invalid_target(req);
 	}
 	if (!why)
 		return false;

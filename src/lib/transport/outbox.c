@@ -11,6 +11,7 @@
 
 #include "backoff.h"
 #include "db.h"
+#include "delivery_policy.h"
 #include "transport.h"
 #include "log.h"
 #include "metrics.h"
@@ -219,17 +220,61 @@ static void flush_acks(struct outbox *ob)
 	db_query(ob->pool, ack_sql, 1, params, ack_done, ob);
 }
 
+/* A failure mark out: once it commits, the wake for the retry is armed. */
+struct fail_mark {
+	struct outbox *ob;
+	int64_t delay_ms; /* -1: a dead letter, nothing to wake for */
+};
+
+static void fail_marked(void *arg, PGresult *res, const struct db_error *err)
+{
+	struct fail_mark *fm = arg;
+	struct outbox *ob = fm->ob;
+
+	/*
+	 * Armed now, not when the attempt failed: next_attempt_at is now() of
+	 * the mark's transaction, which starts after the failure, so a wake
+	 * armed at the failure fired just before the row fell due and the retry
+	 * waited for the next sweep (a peer's "Retry-After: 1" became 2 s).
+	 * From the commit on, delay_ms later is never early.
+	 */
+	if (err->status == DB_OK && fm->delay_ms >= 0 && !ob->stopping)
+		wake_in(ob, fm->delay_ms);
+	free(fm);
+	mark_done(ob, res, err);
+}
+
+static enum delivery_outcome outcome_of(enum transport_outcome o)
+{
+	switch (o) {
+	case TRANSPORT_OK:
+		return DELIVERY_OK;
+	case TRANSPORT_REFUSED:
+		return DELIVERY_REFUSED;
+	case TRANSPORT_NOT_ATTEMPTED:
+		return DELIVERY_NOT_ATTEMPTED;
+	case TRANSPORT_RETRY:
+	default:
+		return DELIVERY_RETRYABLE;
+	}
+}
+
 static void delivered(struct transport_send *s, const struct transport_result *r)
 {
 	struct delivery *d = (struct delivery *)s;
 	struct outbox *ob = d->ob;
+	const struct delivery_policy policy = { ob->o.max_attempts, ob->o.base_ms, ob->o.cap_ms };
 	struct timespec end;
 	char labels[160];
 	const char *outcome;
+	struct delivery_decision dd;
 
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	ob->in_flight--;
-	if (r->outcome == TRANSPORT_OK) {
+	dd = delivery_policy_decide(&policy, outcome_of(r->outcome), d->attempts, r->delay_ms,
+				    (int64_t)end.tv_sec * 1000 + end.tv_nsec / 1000000,
+				    backoff_random);
+	if (dd.next == DELIVERY_DONE) {
 		outcome = "ok";
 		metric_observe(d->latency, (double)(end.tv_sec - d->start.tv_sec) +
 						   (double)(end.tv_nsec - d->start.tv_nsec) / 1e9);
@@ -237,34 +282,25 @@ static void delivered(struct transport_send *s, const struct transport_result *r
 		marks_waiting(ob);
 	} else {
 		char delay_s[32], add_s[4], err_s[300];
-		bool dead, not_attempted = r->outcome == TRANSPORT_NOT_ATTEMPTED;
-		int64_t delay;
+		bool dead = dd.next == DELIVERY_DEAD;
+		struct fail_mark *fm = malloc(sizeof(*fm));
 
-		if (not_attempted) {
-			outcome = "circuit_open";
-			dead = false;
-			delay = r->delay_ms;
-		} else {
-			dead = r->outcome == TRANSPORT_REFUSED ||
-			       d->attempts + 1 >= ob->o.max_attempts;
-			outcome = dead ? "dead" : "retry";
-			delay = backoff_delay_ms(ob->o.base_ms, ob->o.cap_ms, d->attempts + 1,
-						 backoff_random());
-			if (r->delay_ms >= 0)
-				delay = r->delay_ms < ob->o.cap_ms ? r->delay_ms : ob->o.cap_ms;
-		}
+		if (!fm)
+			abort();
+		outcome = dead ? "dead" : dd.reason == DELIVERY_CIRCUIT_OPEN ? "circuit_open" : "retry";
 		snprintf(err_s, sizeof(err_s), "%s: %s", r->where, r->error);
-		snprintf(delay_s, sizeof(delay_s), "%" PRId64, delay);
-		snprintf(add_s, sizeof(add_s), "%d", not_attempted ? 0 : 1);
+		snprintf(delay_s, sizeof(delay_s), "%" PRId64, dd.delay_ms);
+		snprintf(add_s, sizeof(add_s), "%d", dd.attempts);
 		const char *params[5] = { d->id, add_s, delay_s, dead ? "true" : "false", err_s };
 		struct log_ctx ctx = { .message_id = d->id, .peer = d->peer };
 
-		LOG_AT(dead ? LOG_WARN : LOG_DEBUG, &ctx, "delivery of %s %s: %s", d->type,
-		       dead ? "dead-lettered" : "will be retried", err_s);
+		LOG_AT(dead ? LOG_WARN : LOG_DEBUG, &ctx, "delivery of %s %s (%s): %s", d->type,
+		       dead ? "dead-lettered" : "will be retried", delivery_reason_name(dd.reason),
+		       err_s);
+		fm->ob = ob;
+		fm->delay_ms = dead ? -1 : dd.delay_ms;
 		ob->marking++;
-		db_query(ob->pool, fail_sql, 5, params, mark_done, ob);
-		if (!dead)
-			wake_in(ob, delay);
+		db_query(ob->pool, fail_sql, 5, params, fail_marked, fm);
 	}
 	snprintf(labels, sizeof(labels), "peer=\"%s\",outcome=\"%s\"", d->peer, outcome);
 	metrics_inc(ob->attempts_total, labels, 1);

@@ -19,12 +19,11 @@
  * stays claimed for its lease, and a mark lost in a crash only brings a
  * redelivery the receiver deduplicates.
  *
- * Delivery policy, whatever the transport: TRANSPORT_OK is done; a
- * TRANSPORT_RETRY is retried after an exponential backoff with full jitter
- * (a delay the peer asked for replaces the computed one, capped); a
- * TRANSPORT_REFUSED, or the last allowed attempt failing, makes a dead
- * letter. A refusal by an open circuit breaker is not an attempt: the row is
- * just put off until the circuit lets a probe through.
+ * Delivery policy, whatever the transport: delivery_policy.h decides what a
+ * failed attempt becomes (a retry after a backoff or the peer's Retry-After,
+ * a dead letter, or, when an open circuit held it back, a retry that is not
+ * counted as an attempt). The wake-up for a retry is armed once its failure
+ * mark has committed, so it never comes before the row is due.
  */
 #ifndef PGSAGA_OUTBOX_H
 #define PGSAGA_OUTBOX_H

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "delivery_policy.h"
 #include "httpc.h"
 #include "httpd.h"
 #include "uuid.h"
@@ -18,11 +19,6 @@ struct transport_http {
 	const char *token;
 	int pending;
 };
-
-static bool retryable(int status)
-{
-	return status == 0 || status >= 500 || status == 408 || status == 429;
-}
 
 static void answered(void *arg, const struct httpc_result *r)
 {
@@ -41,7 +37,9 @@ static void answered(void *arg, const struct httpc_result *r)
 			tr.delay_ms = r->not_before_ms;
 		tr.error = r->error;
 	} else {
-		tr.outcome = retryable(r->status) ? TRANSPORT_RETRY : TRANSPORT_REFUSED;
+		tr.outcome = delivery_policy_http(r->status) == DELIVERY_RETRYABLE
+				     ? TRANSPORT_RETRY
+				     : TRANSPORT_REFUSED;
 		snprintf(err, sizeof(err), "HTTP %d", r->status);
 		tr.error = err;
 	}
