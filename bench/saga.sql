@@ -74,7 +74,7 @@ SELECT sid, pcid, rcid, cust, item, trace,
                'it-' || lpad(:i::text, 4, '0') AS item) ids
 \gset
 
--- 1. POST /orders: src/orchestrator/main.c create_sql (orchestrator's pool).
+-- 1. POST /orders: src/orchestrator/orders.c create_sql (orchestrator's pool).
 --    Params: $1 key, $2 canonical body, $3 saga id, $4 response, $5 ttl,
 --    $6 customer, $7 item, $8 qty, $9 amount, $10 step ms, $11 trace,
 --    $12 command id, $13 payload, $14 LEASE_MS (the row is born claimed).
@@ -123,7 +123,7 @@ SELECT * FROM payment.handle_pay(:pcid, :sid, :cust, :amount::bigint, :credit::b
                                  :lease_ms::int)
 \gset p_
 
--- 3. orchestrator receives PaymentSucceeded: src/orchestrator/main.c
+-- 3. orchestrator receives PaymentSucceeded: src/orchestrator/saga_engine.c
 --    apply_sql (saga_apply), with what transition_decide computes for the
 --    one state the event acts in (saga_expected); the command's body gets
 --    itemId and qty from the saga (p_with_item).
@@ -138,7 +138,7 @@ SELECT * FROM orchestrator.saga_apply(:p_event_id, :sid, 'PendingPayment', NULL,
 SELECT * FROM inventory.handle_reserve(:rcid, :sid, :item, :qty::int, :trace, :lease_ms::int)
 \gset i_
 
--- 5. orchestrator receives InventoryReserved: main.c apply_sql.
+-- 5. orchestrator receives InventoryReserved: saga_engine.c apply_sql.
 SELECT * FROM orchestrator.saga_apply(:i_event_id, :sid, 'PendingInventory', NULL,
                                       'Completed', NULL, 'InventoryReserved',
                                       NULL, NULL, NULL, NULL, NULL, false, :lease_ms::int);
