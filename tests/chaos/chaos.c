@@ -45,10 +45,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "audit.h"
 #include "broker.h"
-#include "chaos_util.h"
+#include "clock.h"
 #include "harness.h"
 #include "jsonx.h"
+#include "metrics_reader.h"
 #include "uuid.h"
 
 #define N_ITEMS 6
@@ -79,22 +81,6 @@ static long knob(const char *name, long def, long min, long max)
 		exit(2);
 	}
 	return n;
-}
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int64_t ms)
-{
-	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };
-
-	while (ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
 }
 
 /* xorshift64*: cheap, seedable, one state per thread */
@@ -160,7 +146,7 @@ static void place(struct order *o)
 {
 	char kh[64];
 	const char *h[2] = { kh, NULL };
-	int64_t give_up = now_ms() + ORDER_GIVE_UP_MS;
+	int64_t give_up = clock_ms() + ORDER_GIVE_UP_MS;
 
 	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", o->key);
 	for (;;) {
@@ -204,7 +190,7 @@ static void place(struct order *o)
 			return;
 		}
 		http_resp_free(&r);
-		if (now_ms() > give_up) {
+		if (clock_ms() > give_up) {
 			snprintf(o->error, sizeof(o->error), "no 201 after %d tries in %d s", o->tries,
 				 ORDER_GIVE_UP_MS / 1000);
 			atomic_fetch_add(&orders_done, 1);
@@ -248,7 +234,7 @@ static void *client_run(void *arg)
 
 	for (long i = c->index; i < K.sagas; i += K.threads) {
 		int64_t due = t_start + (int64_t)((double)i * spacing);
-		int64_t wait = due - now_ms();
+		int64_t wait = due - clock_ms();
 
 		if (wait > 0)
 			sleep_ms(wait);
@@ -294,7 +280,7 @@ struct chaos_stats {
 
 static void scrape_dups(struct chaos_stats *st, enum svc s)
 {
-	double v = metrics_counter(env.port[s], "saga_inbox_duplicates_total");
+	double v = metrics_read_sum(env.port[s], "saga_inbox_duplicates_total");
 
 	if (v > 0)
 		st->inbox_dups += v;
@@ -423,7 +409,7 @@ START_TEST(chaos_invariants_hold)
 	}
 
 	/* --- the fault period --- */
-	t_start = now_ms();
+	t_start = clock_ms();
 	for (long t = 0; t < K.threads; t++) {
 		clients[t].index = (int)t;
 		ck_assert_int_eq(pthread_create(&clients[t].th, NULL, client_run, &clients[t]), 0);
@@ -436,7 +422,7 @@ START_TEST(chaos_invariants_hold)
 		/* kills spread over the period, each at a random point of its slot */
 		int64_t slot = period / (K.kills + 1);
 		int64_t due = t_start + slot * (k + 1) + rnd_in(&seed, -slot / 3, slot / 3);
-		int64_t wait = due - now_ms();
+		int64_t wait = due - clock_ms();
 
 		if (wait > 0)
 			sleep_ms(wait);
@@ -444,20 +430,20 @@ START_TEST(chaos_invariants_hold)
 			st.db_down_ms = harness_cluster_restart((int)rnd_in(&seed, 500, 2000));
 			db_restarted = true;
 			printf("chaos: %.1f s: PostgreSQL restarted (%ld ms without it)\n",
-			       (double)(now_ms() - t_start) / 1000.0, st.db_down_ms);
+			       (double)(clock_ms() - t_start) / 1000.0, st.db_down_ms);
 			fflush(stdout);
 		}
 		if (k == broker_restart_at) {
 			int64_t t0;
 
 			broker_sync(harness_broker());
-			t0 = now_ms();
+			t0 = clock_ms();
 			broker_kill(harness_broker());
 			sleep_ms(rnd_in(&seed, 500, 2000));
 			broker_restart(harness_broker());
-			st.broker_down_ms = (long)(now_ms() - t0);
+			st.broker_down_ms = (long)(clock_ms() - t0);
 			printf("chaos: %.1f s: RabbitMQ killed and restarted (%ld ms without it)\n",
-			       (double)(now_ms() - t_start) / 1000.0, st.broker_down_ms);
+			       (double)(clock_ms() - t_start) / 1000.0, st.broker_down_ms);
 			fflush(stdout);
 		}
 		if (k >= K.kills)
@@ -473,7 +459,7 @@ START_TEST(chaos_invariants_hold)
 	}
 	for (long t = 0; t < K.threads; t++)
 		pthread_join(clients[t].th, NULL);
-	int64_t t_faults_end = now_ms();
+	int64_t t_faults_end = clock_ms();
 
 	for (long i = 0; i < K.sagas; i++)
 		ck_assert_msg(orders[i].error[0] == '\0', "order %ld (key %s): %s", i, orders[i].key,
@@ -483,7 +469,7 @@ START_TEST(chaos_invariants_hold)
 	set_faults(SVC_PAY, "{\"failRate\":0,\"dropResponseRate\":0,\"delayMs\":0}");
 	set_faults(SVC_INV, "{\"failRate\":0,\"dropResponseRate\":0,\"delayMs\":0}");
 	bool settled = env_wait_sql(&env, unsettled_sql, "0", (int)K.converge_s * 1000);
-	double converge_s = (double)(now_ms() - t_faults_end) / 1000.0;
+	double converge_s = (double)(clock_ms() - t_faults_end) / 1000.0;
 
 	if (!settled) {
 		char *left = sql_text(

@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "harness.h"
 #include "jsonx.h"
 
@@ -67,14 +68,6 @@ static void raw_resp_free(struct raw_resp *r)
 	memset(r, 0, sizeof(*r));
 }
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /*
  * Sends head (the request line and headers, verbatim) then body, reads the
  * answer until the server closes. When the server answers before the body
@@ -88,7 +81,7 @@ static void raw_send(int port, const char *head, size_t head_len, const char *bo
 	size_t cap = 4096, len = 0, off;
 	char *buf = malloc(cap);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int64_t deadline = now_ms() + IO_TIMEOUT_MS;
+	int64_t deadline = clock_ms() + IO_TIMEOUT_MS;
 	struct pollfd p;
 
 	memset(out, 0, sizeof(*out));
@@ -127,7 +120,7 @@ static void raw_send(int port, const char *head, size_t head_len, const char *bo
 	}
 	shutdown(fd, SHUT_WR);
 	for (;;) {
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - clock_ms();
 
 		if (left <= 0)
 			ck_abort_msg("no answer within %d ms from port %d to: %.120s", IO_TIMEOUT_MS,
@@ -944,12 +937,12 @@ static struct outcome *outcomes;
 static void run_one(size_t i)
 {
 	struct raw_resp r;
-	int64_t t0 = now_ms();
+	int64_t t0 = clock_ms();
 
 	raw_send(env.port[reqs[i].svc], reqs[i].head, reqs[i].head_len, reqs[i].body,
 		 reqs[i].body_len, &r);
 	judge(&reqs[i], &r, &outcomes[i]);
-	outcomes[i].ms = (int)(now_ms() - t0);
+	outcomes[i].ms = (int)(clock_ms() - t0);
 	raw_resp_free(&r);
 }
 

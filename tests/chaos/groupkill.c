@@ -55,8 +55,8 @@
 #include <unistd.h>
 
 #include "broker.h"
-#include "chaos_util.h"
 #include "harness.h"
+#include "metrics_reader.h"
 
 #define N_W 2     /* gk-w's orders: in the group before gk-x's, they run */
 #define N_X 4     /* gk-x's orders: the first waits for the test's lock */
@@ -98,8 +98,8 @@ static PGconn *lock_account(const char *customer)
 	PGconn *c = connect_admin();
 	const char *p[1] = { customer };
 
-	exec_ok(c, "BEGIN", 0, NULL);
-	exec_ok(c, "SELECT balance FROM payment.accounts WHERE customer_id = $1 FOR UPDATE", 1, p);
+	sql_exec_ok(c, "BEGIN", 0, NULL);
+	sql_exec_ok(c, "SELECT balance FROM payment.accounts WHERE customer_id = $1 FOR UPDATE", 1, p);
 	return c;
 }
 
@@ -132,15 +132,15 @@ static bool y_waits(void)
 
 static bool group_queued(void)
 {
-	return env_metric(&env, SVC_PAY, "saga_db_pool_waiting") >= N_GROUP;
+	return metrics_read_series(env.port[SVC_PAY], "saga_db_pool_waiting") >= N_GROUP;
 }
 
 /* The group is out: one backend waits for A, nothing in the queue, N_GROUP run. */
 static bool group_in_flight(void)
 {
 	seen_lock_waiters = waiting_for(lock_a_pid);
-	seen_waiting = env_metric(&env, SVC_PAY, "saga_db_pool_waiting");
-	seen_in_use = env_metric(&env, SVC_PAY, "saga_db_pool_in_use");
+	seen_waiting = metrics_read_series(env.port[SVC_PAY], "saga_db_pool_waiting");
+	seen_in_use = metrics_read_series(env.port[SVC_PAY], "saga_db_pool_in_use");
 	return seen_lock_waiters == 1 && seen_waiting == 0 && seen_in_use >= N_GROUP;
 }
 
@@ -215,7 +215,7 @@ static PGconn *group_in_flight_on_lock(struct totals *t)
 	wait_for("payment holds the group's PayCommands in its queue", group_queued);
 
 	/* the writer is free: the waiting PayCommands go out as one group */
-	exec_ok(b, "ROLLBACK", 0, NULL);
+	sql_exec_ok(b, "ROLLBACK", 0, NULL);
 	PQfinish(b);
 	for (int tries = WAIT_MS / 20; !group_in_flight(); tries--) {
 		ck_assert_msg(tries > 0,
@@ -305,7 +305,7 @@ static void group_dies_with_payment(bool check_client)
 	if (check_client)
 		/* the backend notices while it still waits for A's lock */
 		wait_for("payment's backends end while A holds its lock", payment_backends_gone);
-	exec_ok(a, "ROLLBACK", 0, NULL);
+	sql_exec_ok(a, "ROLLBACK", 0, NULL);
 	PQfinish(a);
 	/* whatever the backends do with the group, once they are gone it is settled */
 	wait_for("payment's backends end", payment_backends_gone);

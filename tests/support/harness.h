@@ -31,6 +31,8 @@ void harness_cluster_stop(void);
  * (harness_amqp.c, which knows both).
  */
 int harness_run(Suite *s);
+/* The same for n suites, run in order in one runner (one cluster). */
+int harness_run_all(Suite *const suites[], size_t n);
 
 /* The cluster's private directory (service logs live there) and port. */
 const char *harness_cluster_dir(void);
@@ -41,6 +43,9 @@ int harness_cluster_port(void);
  * running. Callable from a test. */
 void harness_cluster_pause(void);
 void harness_cluster_resume(void);
+/* Both, with down_ms between them; returns how long the database was
+ * unreachable, in ms. Services must reconnect by themselves. */
+long harness_cluster_restart(int down_ms);
 
 /*
  * The transport under test (harness_amqp.c): SAGA_TEST_TRANSPORT=amqp runs the services with
@@ -54,7 +59,7 @@ const char *harness_transport(void); /* "http" or "amqp" */
 void harness_broker_start(void);      /* no-op under http */
 void harness_broker_stop(void);
 const char *harness_amqp_url(void);
-struct broker *harness_broker(void);  /* tests/broker.h: kill, restart, ctl */
+struct broker *harness_broker(void);  /* broker.h: kill, restart, ctl */
 void harness_broker_reset(void);
 void harness_broker_delete_queue(const char *queue);
 /* Declares queue (classic, not durable) bound to exchange pgsaga with
@@ -146,10 +151,6 @@ struct json_object *jget(struct json_object *o, const char *key);
 /* jget as a string: json-c's text for a non-string, NULL for a JSON null. */
 const char *jstr(struct json_object *o, const char *key);
 
-/* The value of one series (name and labels, as written) in a service's
- * /metrics, or -1 when it is not there. Fails the test when the scrape does. */
-double env_metric(struct saga_env *e, enum svc s, const char *series);
-
 /*
  * POST /orders to e's orchestrator with body, and "Idempotency-Key: key"
  * unless key is NULL; returns the status and fills out (caller frees). Fails
@@ -187,5 +188,16 @@ bool env_wait_sql(struct saga_env *e, const char *sql, const char *want, int tim
 /* Runs sql once on a new connection to url; returns the SQLSTATE of the
  * error ("00000" on success) in a static buffer. */
 const char *sql_state_as(const char *url, const char *sql);
+
+/* Runs sql with its params (nparams of them, may be 0 and NULL) on a
+ * connection of the test's own; fails the test unless it succeeded (rows or
+ * not). */
+void sql_exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params);
+
+/* --- files --- */
+
+/* The whole of the file at path, NUL-terminated, malloc'd; fails the test
+ * when it cannot be read. */
+char *file_read(const char *path);
 
 #endif

@@ -41,12 +41,19 @@ void harness_broker_stop(void)
 
 int harness_run(Suite *s)
 {
+	return harness_run_all(&s, 1);
+}
+
+int harness_run_all(Suite *const suites[], size_t n)
+{
 	SRunner *sr;
 	int failed;
 
 	harness_cluster_start();
 	harness_broker_start();
-	sr = srunner_create(s);
+	sr = srunner_create(NULL);
+	for (size_t i = 0; i < n; i++)
+		srunner_add_suite(sr, suites[i]);
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);

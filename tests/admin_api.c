@@ -11,27 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "fixture.h"
 #include "jsonx.h"
+#include "metrics_reader.h"
 #include "uuid.h"
 
-#define WAIT_MS 20000
 /* short on purpose: SPEC sets no minimum, so a short token only earns a
  * warning, and every test here starts the services with one */
 #define ADMIN_TOKEN "admin"
 
-static struct saga_env env;
 static const char *const admin_env[] = { "ADMIN_TOKEN=" ADMIN_TOKEN, NULL };
-
-static void setup(void)
-{
-	env_create(&env);
-}
-
-static void teardown(void)
-{
-	env_destroy(&env);
-}
 
 static void start_all_admin(void)
 {
@@ -135,14 +124,6 @@ static void sign_in(char cookie[160], char csrf[120])
 
 /* --- the JSON API ----------------------------------------------------------- */
 
-static char auth_internal[128];
-
-static const char *internal_header(void)
-{
-	snprintf(auth_internal, sizeof(auth_internal), "Authorization: Bearer %s", env.token);
-	return auth_internal;
-}
-
 /* GET path on the orchestrator with the admin token; asserts 200. */
 static struct json_object *admin_get(const char *path)
 {
@@ -188,28 +169,13 @@ static void expect_unavailable(struct json_object *o, const char *services)
 	ck_assert_str_eq(got, services);
 }
 
-static bool wait_state(const char *saga, const char *state)
-{
-	char sql[300];
-
-	snprintf(sql, sizeof(sql),
-		 "SELECT state FROM orchestrator.saga_instances WHERE saga_id = '%.36s'", saga);
-	return env_wait_sql(&env, sql, state, WAIT_MS);
-}
-
-static void seed_stock(const char *item, int n)
-{
-	free(env_sqlf(&env, "INSERT INTO inventory.stock (item_id, available) VALUES ('%s', %d)",
-		      item, n));
-}
-
 static void set_fail_rate(enum svc s, double rate)
 {
 	struct http_resp r;
 	char body[64];
 
 	snprintf(body, sizeof(body), "{\"failRate\":%g}", rate);
-	ck_assert_int_eq(req1(s, "POST", "/admin/faults", internal_header(), body, &r), 200);
+	ck_assert_int_eq(req1(s, "POST", "/admin/faults", internal_auth(), body, &r), 200);
 	http_resp_free(&r);
 }
 
@@ -330,7 +296,7 @@ START_TEST(wrong_tokens_never_lock_out)
 	double before;
 
 	start_all_admin();
-	before = env_metric(&env, SVC_ORCH, "saga_admin_signin_failures_total");
+	before = metrics_read_series(env.port[SVC_ORCH], "saga_admin_signin_failures_total");
 	for (int i = 0; i < 20; i++) {
 		req1(SVC_ORCH, "POST", "/admin/session", NULL, "{\"token\":\"guess\"}", &r);
 		expect_error(&r, 401, "unauthorized");
@@ -350,7 +316,8 @@ START_TEST(wrong_tokens_never_lock_out)
 	expect_unavailable(o, ""); /* payment still answers the orchestrator */
 	json_object_put(o);
 	http_resp_free(&r);
-	ck_assert(env_metric(&env, SVC_ORCH, "saga_admin_signin_failures_total") == before + 40);
+	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_admin_signin_failures_total") ==
+		  before + 40);
 }
 END_TEST
 
@@ -1060,16 +1027,13 @@ END_TEST
 static Suite *admin_suite(void)
 {
 	Suite *s = suite_create("admin");
-	TCase *sec = tcase_create("security");
-	TCase *api = tcase_create("api");
-	TCase *cancels = tcase_create("cancel");
+	TCase *sec = fixture_tcase("security");
+	TCase *api = fixture_tcase("api");
+	TCase *cancels = fixture_tcase("cancel");
 
-	TCase *all[] = { sec, api, cancels };
-	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-		tcase_add_checked_fixture(all[i], setup, teardown);
-		tcase_set_timeout(all[i], 120);
-		suite_add_tcase(s, all[i]);
-	}
+	suite_add_tcase(s, sec);
+	suite_add_tcase(s, api);
+	suite_add_tcase(s, cancels);
 	if (harness_amqp()) {
 		/*
 		 * Over RabbitMQ: what the transport changes (a saga's messages,

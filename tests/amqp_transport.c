@@ -3,11 +3,11 @@
  * RabbitMQ"): the broker dying under load, a consumer dying between its
  * commit and its ack, poison messages, the broker's memory alarm, and one
  * RabbitMQ user per service (least privilege). The guarantee tests every
- * transport must pass run from integration.c under both (integration-amqp);
- * the destination queue deleted (returns, dead letter, retry) is
- * dead_letters_and_retry there.
+ * transport must pass run from tests/integration/ under both
+ * (integration-amqp); the destination queue deleted (returns, dead letter,
+ * retry) is dead_letters_and_retry there (delivery.c).
  *
- * One throwaway RabbitMQ node for the run (tests/broker.h), a fresh
+ * One throwaway RabbitMQ node for the run (support/broker.h), a fresh
  * database per test and empty queues (harness).
  */
 #include <check.h>
@@ -24,8 +24,10 @@
 #include <amqp_tcp_socket.h>
 
 #include "broker.h"
+#include "clock.h"
 #include "harness.h"
 #include "jsonx.h"
+#include "metrics_reader.h"
 #include "uuid.h"
 
 #define WAIT_MS 60000
@@ -42,18 +44,10 @@ static void teardown(void)
 	env_destroy(&env);
 }
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static bool wait_metric(enum svc s, const char *series, double want)
 {
-	for (long long end = now_ms() + WAIT_MS; now_ms() < end; usleep(50 * 1000))
-		if (env_metric(&env, s, series) == want)
+	for (long long end = clock_ms() + WAIT_MS; clock_ms() < end; usleep(50 * 1000))
+		if (metrics_read_series(env.port[s], series) == want)
 			return true;
 	return false;
 }
@@ -122,8 +116,8 @@ START_TEST(message_is_the_outbox_row)
 	ck_assert(wait_metric(SVC_ORCH, "saga_broker_up", 1));
 	harness_broker_tap("tap", "payment");
 	env_new_order(&env, "p-1", "P1", 1, 42, saga);
-	for (long long end = now_ms() + WAIT_MS;
-	     broker_queue_depth(harness_amqp_url(), "tap") < 1 && now_ms() < end;)
+	for (long long end = clock_ms() + WAIT_MS;
+	     broker_queue_depth(harness_amqp_url(), "tap") < 1 && clock_ms() < end;)
 		usleep(20 * 1000);
 	ck_assert_int_eq(broker_get(harness_amqp_url(), "tap", &got), 1);
 	char *id = env_sql(&env, "SELECT message_id FROM orchestrator.outbox_messages", 0, NULL);
@@ -180,13 +174,13 @@ START_TEST(broker_killed_and_restarted)
 	free(r);
 	for (int i = N / 2; i < N; i++) /* accepted while the broker is gone */
 		env_new_order(&env, "k-1", "K1", 1, 100, saga);
-	long long t0 = now_ms();
+	long long t0 = clock_ms();
 	broker_restart(harness_broker());
-	long long t1 = now_ms();
+	long long t1 = clock_ms();
 	credit0 = 1000000;
 	check_invariants(N, N, credit0);
 	fprintf(stderr, "amqp: broker restart took %lld ms; all %d sagas terminal %lld ms after"
-			" it accepted connections again\n", t1 - t0, N, now_ms() - t1);
+			" it accepted connections again\n", t1 - t0, N, clock_ms() - t1);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances"
 					  " WHERE state = 'Completed'", 0, NULL), N);
 	for (int s = 0; s < SVC_COUNT; s++) {
@@ -258,8 +252,8 @@ START_TEST(poison_messages_go_to_dead_letter_queue)
 					     sizeof(err)) == 0,
 			      "%s", err);
 	ck_assert(wait_metric(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"rejected\"}", 3));
-	for (long long end = now_ms() + WAIT_MS;
-	     broker_queue_depth(harness_amqp_url(), "pgsaga.dead") < 3 && now_ms() < end;)
+	for (long long end = clock_ms() + WAIT_MS;
+	     broker_queue_depth(harness_amqp_url(), "pgsaga.dead") < 3 && clock_ms() < end;)
 		usleep(50 * 1000);
 	ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.dead"), 3);
 	while (broker_get(harness_amqp_url(), "pgsaga.dead", &got) == 1) {
@@ -270,7 +264,9 @@ START_TEST(poison_messages_go_to_dead_letter_queue)
 		seen++;
 	}
 	ck_assert_int_eq(seen, 3);
-	ck_assert_int_eq(env_metric(&env, SVC_PAY, "saga_amqp_deliveries_total{outcome=\"acked\"}"), 0);
+	ck_assert_int_eq(metrics_read_series(env.port[SVC_PAY],
+					     "saga_amqp_deliveries_total{outcome=\"acked\"}"),
+			 0);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT (SELECT count(*) FROM payment.payments) +"
 					  " (SELECT count(*) FROM payment.processed_messages) +"
 					  " (SELECT count(*) FROM payment.accounts)", 0, NULL), 0);
@@ -289,8 +285,8 @@ START_TEST(poison_messages_go_to_dead_letter_queue)
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.dead_letters d"
 					  " WHERE type = 'ExplodeCommand'"
 					  "   AND payment.retry_dead_letter(d.message_id)", 0, NULL), 1);
-	for (long long end = now_ms() + WAIT_MS;
-	     broker_queue_depth(harness_amqp_url(), "pgsaga.dead") < 1 && now_ms() < end;)
+	for (long long end = clock_ms() + WAIT_MS;
+	     broker_queue_depth(harness_amqp_url(), "pgsaga.dead") < 1 && clock_ms() < end;)
 		usleep(50 * 1000);
 	ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.dead"), 1);
 	ck_assert(wait_metric(SVC_PAY, "saga_amqp_deliveries_total{outcome=\"rejected\"}", 4));

@@ -1,5 +1,5 @@
 /*
- * broker_test: proves the throwaway RabbitMQ node wrapper (tests/broker.c over
+ * broker_selftest: proves the throwaway RabbitMQ node wrapper (broker.c over
  * scripts/rabbit-node) does what the broker tests rely on: a node that takes
  * connections, survives kill -9 with its durable data, restarts on the same
  * port, obeys rabbitmqctl, and leaves no process behind when stopped, killed,
@@ -16,14 +16,7 @@
 #include <unistd.h>
 
 #include "broker.h"
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
+#include "clock.h"
 
 static void publish_ok(const char *url, const char *exchange, const char *key,
 		       const struct broker_msg *m)

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "harness.h"
+#include "clock.h"
 #include "jsonx.h"
 #include "proc.h"
 #include "uuid.h"
@@ -90,22 +91,6 @@ static const char *env_dir(const char *name)
 	if (!v || !*v)
 		ck_abort_msg("%s is not set: run the tests with `meson test`", name);
 	return v;
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
 }
 
 /* Applies one "NAME=value" to the environment; anything else is ignored. */
@@ -303,6 +288,16 @@ void harness_cluster_resume(void)
 		ck_abort_msg("scripts/pg-cluster start %s %d failed", cluster_dir, cluster_port);
 }
 
+long harness_cluster_restart(int down_ms)
+{
+	int64_t t0 = clock_ms();
+
+	harness_cluster_pause();
+	sleep_ms(down_ms);
+	harness_cluster_resume();
+	return (long)(clock_ms() - t0);
+}
+
 /* --- SQL ------------------------------------------------------------------- */
 
 static PGconn *connect_or_abort(const char *url)
@@ -423,7 +418,7 @@ char *env_sqlf(struct saga_env *e, const char *fmt, ...)
 
 bool env_wait_sql(struct saga_env *e, const char *sql, const char *want, int timeout_ms)
 {
-	long long deadline = now_ms() + timeout_ms;
+	long long deadline = clock_ms() + timeout_ms;
 	char err[1024] = "", last[256] = "(none)";
 
 	for (;;) {
@@ -440,7 +435,7 @@ bool env_wait_sql(struct saga_env *e, const char *sql, const char *want, int tim
 			if (match)
 				return true;
 		}
-		if (now_ms() >= deadline)
+		if (clock_ms() >= deadline)
 			break;
 		sleep_ms(READY_POLL_MS);
 	}
@@ -479,6 +474,34 @@ const char *sql_state_as(const char *url, const char *sql)
 	PQclear(res);
 	PQfinish(c);
 	return state;
+}
+
+void sql_exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params)
+{
+	PGresult *r = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
+
+	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK,
+		      "%s: %s", sql, PQerrorMessage(conn));
+	PQclear(r);
+}
+
+/* --- files ----------------------------------------------------------------- */
+
+char *file_read(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long n;
+
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
 }
 
 /* --- one test's world ------------------------------------------------------ */
@@ -677,7 +700,7 @@ void env_start(struct saga_env *e, enum svc s, const char *const *extra)
 		exec_service(e, s, path, logp, extra, self);
 	e->pid[s] = pid;
 
-	deadline = now_ms() + READY_TIMEOUT_MS;
+	deadline = clock_ms() + READY_TIMEOUT_MS;
 	for (;;) {
 		int status;
 
@@ -692,7 +715,7 @@ void env_start(struct saga_env *e, enum svc s, const char *const *extra)
 		}
 		if (http_get_status(e->port[s], "/readyz", 1000) == 200)
 			return;
-		if (now_ms() >= deadline)
+		if (clock_ms() >= deadline)
 			break;
 		sleep_ms(READY_POLL_MS);
 	}
@@ -714,7 +737,7 @@ void env_start_all(struct saga_env *e)
 int env_stop(struct saga_env *e, enum svc s, int sig)
 {
 	pid_t pid = e->pid[s];
-	long long deadline = now_ms() + STOP_TIMEOUT_MS;
+	long long deadline = clock_ms() + STOP_TIMEOUT_MS;
 	int status;
 
 	if (!pid)
@@ -729,7 +752,7 @@ int env_stop(struct saga_env *e, enum svc s, int sig)
 			e->pid[s] = 0;
 			ck_abort_msg("waitpid %s: %s", svc_name[s], strerror(errno));
 		}
-		if (now_ms() >= deadline) {
+		if (clock_ms() >= deadline) {
 			kill(pid, SIGKILL);
 			waitpid(pid, NULL, 0);
 			e->pid[s] = 0;
@@ -1166,20 +1189,4 @@ void env_new_order(struct saga_env *e, const char *customer, const char *item, l
 		json_object_put(o);
 	}
 	http_resp_free(&r);
-}
-
-double env_metric(struct saga_env *e, enum svc s, const char *series)
-{
-	struct http_resp r;
-	double v = -1;
-
-	ck_assert_int_eq(http_do(e->port[s], "GET", "/metrics", NULL, NULL, 0, &r), 0);
-	ck_assert_int_eq(r.status, 200);
-	for (char *p = r.body; (p = strstr(p, series)) != NULL; p++)
-		if ((p == r.body || p[-1] == '\n') && p[strlen(series)] == ' ') {
-			v = strtod(p + strlen(series) + 1, NULL);
-			break;
-		}
-	http_resp_free(&r);
-	return v;
 }

@@ -1,54 +1,13 @@
-/* chaos_util: see chaos_util.h. */
-#include "chaos_util.h"
+/* audit: see audit.h. */
+#include "audit.h"
 
 #include <check.h>
 #include <libpq-fe.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "harness.h"
-
-static long mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-long harness_cluster_restart(int down_ms)
-{
-	long t0 = mono_ms();
-
-	harness_cluster_pause();
-	if (down_ms > 0)
-		usleep((useconds_t)down_ms * 1000);
-	harness_cluster_resume();
-	return mono_ms() - t0;
-}
-
-/* --- sql/audit.sql ------------------------------------------------------- */
-
-static char *read_file(const char *path)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
-
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	buf = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_int_eq(fread(buf, 1, (size_t)n, f), n);
-	buf[n] = '\0';
-	fclose(f);
-	return buf;
-}
 
 static void trim(char *s)
 {
@@ -73,7 +32,7 @@ size_t audit_load(struct audit_check **out)
 
 	ck_assert_msg(src != NULL, "SAGA_SOURCE_DIR is not set");
 	snprintf(path, sizeof(path), "%s/sql/audit.sql", src);
-	text = read_file(path);
+	text = file_read(path);
 	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 		bool check = strncmp(line, "-- check:", 9) == 0;
 		bool info = strncmp(line, "-- info:", 8) == 0;
@@ -136,7 +95,7 @@ void audit_run(const char *url, const struct audit_check *c, size_t n, struct au
 
 	ck_assert_msg(PQstatus(conn) == CONNECTION_OK, "auditor cannot connect: %s",
 		      PQerrorMessage(conn));
-	exec_ok(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
+	sql_exec_ok(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
 	for (size_t i = 0; i < n; i++) {
 		PGresult *r = PQexec(conn, c[i].sql);
 		size_t o = 0;
@@ -156,45 +115,6 @@ void audit_run(const char *url, const struct audit_check *c, size_t n, struct au
 		}
 		PQclear(r);
 	}
-	exec_ok(conn, "COMMIT", 0, NULL);
+	sql_exec_ok(conn, "COMMIT", 0, NULL);
 	PQfinish(conn);
-}
-
-void exec_ok(PGconn *conn, const char *sql, int nparams, const char *const *params)
-{
-	PGresult *r = PQexecParams(conn, sql, nparams, NULL, params, NULL, NULL, 0);
-
-	ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_COMMAND_OK,
-		      "%s: %s", sql, PQerrorMessage(conn));
-	PQclear(r);
-}
-
-/* --- /metrics ------------------------------------------------------------- */
-
-double metrics_counter(int port, const char *name)
-{
-	struct http_resp r;
-	double sum = 0;
-	size_t nl = strlen(name);
-
-	if (http_do(port, "GET", "/metrics", NULL, NULL, 0, &r) != 0 || r.status != 200) {
-		http_resp_free(&r);
-		return -1;
-	}
-	for (char *line = r.body; line && *line;) {
-		char *next = strchr(line, '\n');
-
-		if (strncmp(line, name, nl) == 0 && (line[nl] == ' ' || line[nl] == '{')) {
-			char *sp;
-
-			if (next)
-				*next = '\0';
-			sp = strrchr(line, ' ');
-			if (sp)
-				sum += strtod(sp + 1, NULL);
-		}
-		line = next ? next + 1 : NULL;
-	}
-	http_resp_free(&r);
-	return sum;
 }
