@@ -546,7 +546,7 @@ static struct json_object *find_msg(struct json_object *saga, const char *servic
 /*
  * The saga's detail lists its undelivered outbox row of type: pending
  * (dead false) or dead. Those rows are read apart from the delivered ones,
- * whose index holds nothing else (migration 007).
+ * whose index holds nothing else (outbox_messages_saga_idx).
  */
 static void expect_undelivered(const char *saga, const char *type, bool dead)
 {

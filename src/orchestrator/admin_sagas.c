@@ -20,7 +20,7 @@
 
 /* --- GET /admin/api/sagas ------------------------------------------------ */
 
-/* See admin_sagas() in sql/orchestrator/004_admin_sagas.sql. */
+/* See admin_sagas() in sql/orchestrator/005_saga_functions.sql. */
 static const char list_sql[] =
 	"SELECT admin_sagas($1::text[], $2, $3, $4, $5, $6::int, $7::int, $8::bigint, $9::uuid)::text";
 

@@ -25,7 +25,7 @@ static struct {
 	bool sweeping;
 } E;
 
-/* See saga_apply in sql/orchestrator/002_saga.sql. */
+/* See saga_apply in sql/orchestrator/005_saga_functions.sql. */
 static const char apply_sql[] =
 	"SELECT * FROM saga_apply($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11,"
 	"                         $12::jsonb, $13::boolean, $14::int)";

@@ -166,7 +166,7 @@ START_TEST(operator_accounts_and_stock_by_psql)
 	snprintf(audit, sizeof(audit), "%s/scripts/audit", getenv("SAGA_SOURCE_DIR"));
 	const char *const argv[] = { audit, env.auditor_url, NULL };
 	ck_assert_int_eq(run_prog(argv), 0);
-	/* saga_history has no foreign key (migration 006): the audit catches a
+	/* saga_history has no foreign key: the audit catches a
 	 * history row without its saga */
 	ck_assert_int_eq(psql_c("INSERT INTO orchestrator.saga_history"
 				" (saga_id, version, to_state, cause)"

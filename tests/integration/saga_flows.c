@@ -70,7 +70,7 @@ START_TEST(happy_path)
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-1"), 1000000 - 1200);
-	/* opened by this first payment, already charged (migration 006) */
+	/* opened by this first payment, already charged (handle_pay) */
 	ck_assert_int_eq(env_sql_llf(&env,
 				"SELECT starting_balance FROM payment.accounts WHERE customer_id = '%s'",
 				"c-1"), 1000000);
@@ -117,7 +117,7 @@ START_TEST(decline_fails)
 END_TEST
 
 /*
- * Two first payments of one customer at once (handle_pay, migration 006):
+ * Two first payments of one customer at once (handle_pay):
  * the second's charge finds no account (the first's is not committed), its
  * insert waits for the first's and then finds the account there, so it must
  * charge once more, with a snapshot that sees it, instead of declining.

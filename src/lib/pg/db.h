@@ -46,7 +46,7 @@ typedef void (*db_cb)(void *arg, PGresult *res, const struct db_error *err);
  * conninfo: a libpq connection string or URI. schema: set as search_path on
  * every connection, together with pgsaga.local_wake=on (see the outbox
  * trigger) and pgsaga.writer=service (a service's writes are effects, not an
- * operator's top-ups: sql/common/003_starting_values.sql). size: number of
+ * operator's top-ups: sql/common/003_track_starting_value.sql). size: number of
  * connections.
  */
 struct db_pool *db_pool_new(struct event_base *base, const char *conninfo, const char *schema,

@@ -266,7 +266,7 @@ static void broker_up(void *arg)
 
 /* --- refused deliveries (AMQP) ------------------------------------------- */
 
-/* SQL: sql/common/008_refused_deliveries.sql */
+/* SQL: outbox_refused in sql/common/002_outbox_functions.sql */
 static const char refused_sql[] = "SELECT outbox_refused($1::uuid, $2, $3, $4, $5, $6)";
 
 struct refusal {

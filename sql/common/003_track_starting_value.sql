@@ -1,6 +1,8 @@
--- Starting values that keep the audit true when operators write by hand.
+-- Starting values that keep the audit true when operators write by hand:
+-- payment.accounts and inventory.stock, so payment and inventory apply this
+-- file (before their tables, whose triggers call the function).
 --
--- Operators open accounts and add items with the columns of SPEC §4 alone
+-- Operators open accounts and add items with the documented columns alone
 -- (INSERT INTO payment.accounts (customer_id, balance), INSERT INTO
 -- inventory.stock (item_id, available)) and top up or restock with an
 -- UPDATE of balance / available. The audit checks every row against a

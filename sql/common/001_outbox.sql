@@ -1,13 +1,14 @@
--- Shared messaging tables: the transactional outbox, the inbox, operator
--- views and functions, and the retention helper.
+-- The messaging tables every schema has (orchestrator, payment, inventory):
+-- the transactional outbox, the inbox, the triggers that wake the
+-- dispatchers, and the operator views. Their functions follow in
+-- 002_outbox_functions.sql.
 --
--- Applied in each of the schemas orchestrator, payment and inventory by the
--- schema's own role, with search_path set to that schema (see migrate.c).
--- Names are therefore unqualified and nothing here may depend on which
--- schema it lands in. Functions that read tables carry
--- "SET search_path FROM CURRENT", which pins the schema they were created
--- in, so an operator can call payment.retry_dead_letters() whatever their
--- own search_path is.
+-- Applied in each schema by the schema's own role, with search_path set to
+-- that schema (src/lib/migrate.c). Names are therefore unqualified and
+-- nothing here may depend on which schema it lands in. Functions that read
+-- tables carry "SET search_path FROM CURRENT", which pins the schema they
+-- were created in, so an operator can call payment.retry_dead_letters()
+-- whatever their own search_path is.
 
 -- The outbox. A row is written in the same transaction as the state change
 -- that causes it; the dispatcher delivers it and marks it.
@@ -76,6 +77,21 @@ CREATE INDEX outbox_messages_dead_idx ON outbox_messages (dead_at)
 	WHERE dead_at IS NOT NULL;
 COMMENT ON INDEX outbox_messages_dead_idx IS
 	'Dead letters by dead_at (dead_letters, retry_dead_letters)';
+
+-- A saga's outbox rows (the admin API's saga detail) through an index of
+-- the delivered rows only. Marking a row delivered writes a new row version
+-- with an entry in every index of the table (processed_at is indexed, so
+-- the update cannot be HOT); an index of every row by sagaId would take two
+-- entries per message, at the insert and at the mark. Indexed only once
+-- delivered, it takes one. The rows not delivered (pending or dead) are the
+-- backlog, which the dispatcher's and the dead letters' partial indexes
+-- already hold and which stays small; admin_messages reads them there.
+-- Every payload carries its sagaId; lower() because the text is whatever
+-- case the message that caused the row used.
+CREATE INDEX outbox_messages_saga_idx ON outbox_messages (lower(payload->>'sagaId'))
+	WHERE processed_at IS NOT NULL;
+COMMENT ON INDEX outbox_messages_saga_idx IS
+	'Admin API: a saga''s delivered outbox rows (GET /admin/api/sagas/{id}); the others are read from the pending and dead indexes';
 
 -- Waking the dispatchers.
 --
@@ -213,140 +229,3 @@ COMMENT ON COLUMN dead_letters.created_at IS 'When the message was written';
 COMMENT ON COLUMN dead_letters.dead_at IS 'When it was given up on';
 COMMENT ON COLUMN dead_letters.kind IS 'command or event';
 COMMENT ON COLUMN dead_letters.trace_id IS 'Trace id, if any';
-
--- Operator functions. last_error is kept: until the next attempt replaces
--- it, it says why the message died, which is what an operator retrying it
--- wants to see in outbox_backlog.
-
-CREATE FUNCTION retry_dead_letter(p_message_id uuid) RETURNS boolean
-	LANGUAGE plpgsql SECURITY INVOKER
-	SET search_path FROM CURRENT
-	AS $$
-BEGIN
-	UPDATE outbox_messages
-	SET dead_at = NULL, attempt_count = 0, next_attempt_at = now()
-	WHERE message_id = p_message_id AND dead_at IS NOT NULL AND processed_at IS NULL;
-	IF NOT FOUND THEN
-		RETURN false;
-	END IF;
-	-- current_schema() is the table's: search_path is pinned to it.
-	PERFORM pg_notify(current_schema() || '_outbox', '');
-	RETURN true;
-END
-$$;
-COMMENT ON FUNCTION retry_dead_letter(uuid) IS
-	'Puts one dead letter back to pending (attempts reset, due now) and wakes the dispatchers; false if no such dead letter';
-
-CREATE FUNCTION retry_dead_letters() RETURNS integer
-	LANGUAGE plpgsql SECURITY INVOKER
-	SET search_path FROM CURRENT
-	AS $$
-DECLARE
-	v_count integer;
-BEGIN
-	UPDATE outbox_messages
-	SET dead_at = NULL, attempt_count = 0, next_attempt_at = now()
-	WHERE dead_at IS NOT NULL AND processed_at IS NULL;
-	GET DIAGNOSTICS v_count = ROW_COUNT;
-	IF v_count > 0 THEN
-		PERFORM pg_notify(current_schema() || '_outbox', '');
-	END IF;
-	RETURN v_count;
-END
-$$;
-COMMENT ON FUNCTION retry_dead_letters() IS
-	'Puts every dead letter back to pending (attempts reset, due now) and wakes the dispatchers; returns how many';
-
--- Retention, run by the services in the background.
---
--- One call deletes at most p_limit delivered outbox rows and at most p_limit
--- inbox rows, older than p_older_than; the caller repeats until it returns
--- 0, each call its own short transaction, so no long lock or huge WAL burst.
--- "= ANY (ARRAY(...))" makes the delete probe the primary key with the
--- batch's ids instead of joining against the whole table. SKIP LOCKED:
--- instances purging at the same time do not wait on each other. Dead
--- letters are never purged: they wait for an operator. An inbox row purged after the retention period no longer
--- deduplicates its message; the period must exceed how long a copy can
--- arrive late (the services' own unique keys remain as a backstop).
-
-CREATE FUNCTION purge_processed(p_older_than interval, p_limit int) RETURNS integer
-	LANGUAGE plpgsql SECURITY INVOKER
-	SET search_path FROM CURRENT
-	AS $$
-DECLARE
-	v_cutoff timestamptz;
-	v_outbox integer;
-	v_inbox integer;
-BEGIN
-	IF p_older_than IS NULL OR p_older_than < interval '0' THEN
-		RAISE EXCEPTION 'purge_processed: p_older_than must be a non-negative interval, not %',
-			coalesce(p_older_than::text, 'NULL');
-	END IF;
-	IF p_limit IS NULL OR p_limit <= 0 THEN
-		RETURN 0;
-	END IF;
-	v_cutoff := now() - p_older_than;
-
-	DELETE FROM outbox_messages
-	WHERE message_id = ANY (ARRAY(SELECT message_id FROM outbox_messages
-				      WHERE processed_at < v_cutoff
-				      ORDER BY processed_at
-				      LIMIT p_limit
-				      FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS v_outbox = ROW_COUNT;
-
-	DELETE FROM processed_messages
-	WHERE message_id = ANY (ARRAY(SELECT message_id FROM processed_messages
-				      WHERE processed_at < v_cutoff
-				      ORDER BY processed_at
-				      LIMIT p_limit
-				      FOR UPDATE SKIP LOCKED));
-	GET DIAGNOSTICS v_inbox = ROW_COUNT;
-
-	RETURN v_outbox + v_inbox;
-END
-$$;
-COMMENT ON FUNCTION purge_processed(interval, int) IS
-	'Retention: deletes up to p_limit delivered outbox rows and up to p_limit inbox rows older than p_older_than; returns rows deleted (call again until 0)';
-
--- ---------------------------------------------------------------------------
--- Acknowledgements
--- ---------------------------------------------------------------------------
--- The dispatcher marks delivered rows in batches. Such a mark need not
--- survive a crash: a lost one only makes the row due again, and the receiver's
--- inbox answers the copy as a duplicate. So it commits without waiting for its
--- WAL flush, which takes one fsync per message off the hot path.
-
-CREATE FUNCTION outbox_ack(p_ids uuid[]) RETURNS void
-	LANGUAGE sql SECURITY INVOKER
-	SET search_path FROM CURRENT
-	AS $$
-	SELECT set_config('synchronous_commit', 'off', true);
-	UPDATE outbox_messages SET processed_at = now(), last_error = NULL
-	 WHERE message_id = ANY (p_ids) AND processed_at IS NULL;
-$$;
-COMMENT ON FUNCTION outbox_ack(uuid[]) IS
-	'Marks delivered outbox rows processed (asynchronous commit: a lost mark only causes a deduplicated redelivery)';
-
--- The dispatcher's claim: up to p_limit due rows, oldest first, pushed one
--- lease ahead instead of held locked across the HTTP call. Asynchronous
--- commit for the same reason as outbox_ack: a claim lost in a crash only
--- makes its rows due again, and a second delivery is deduplicated.
-CREATE FUNCTION outbox_claim(p_limit int, p_lease_ms int)
-	RETURNS TABLE (message_id uuid, kind text, destination text, type text, payload text,
-		       attempt_count int, trace_id text)
-	LANGUAGE sql SECURITY INVOKER
-	SET search_path FROM CURRENT
-	AS $$
-	SELECT set_config('synchronous_commit', 'off', true);
-	UPDATE outbox_messages o
-	   SET next_attempt_at = now() + p_lease_ms * interval '1 millisecond'
-	  FROM (SELECT m.message_id FROM outbox_messages m
-		 WHERE m.processed_at IS NULL AND m.dead_at IS NULL AND m.next_attempt_at <= now()
-		 ORDER BY m.next_attempt_at LIMIT p_limit FOR UPDATE SKIP LOCKED) due
-	 WHERE o.message_id = due.message_id
-	RETURNING o.message_id, o.kind, o.destination, o.type, o.payload::text, o.attempt_count,
-		  o.trace_id;
-$$;
-COMMENT ON FUNCTION outbox_claim(int, int) IS
-	'Dispatcher: claims up to p_limit due rows for p_lease_ms and returns them';

@@ -1,0 +1,27 @@
+-- Adopts a inventory schema made by pgsaga 0.9.0, in place, keeping its data.
+--
+-- 0.9.0 applied its migrations one by one, the names below, recorded in
+-- inventory.schema_migrations. They ended in the schema that the numbered
+-- files of this release (sql/common/, sql/inventory/) create from scratch,
+-- so this file only brings what differs to that state; src/lib/migrate.c
+-- runs it, in one transaction, when every one of these versions is recorded
+-- and no schema_version table exists yet, then records the numbered files
+-- as applied and the schema's major version. The 0.9.0 rows stay, so a
+-- 0.9.0 binary still starts on the schema (a rolling upgrade's old
+-- instances, or a rollback).
+--
+-- It brings the schema to the state of the numbered files up to:
+-- @up-to 005_inventory_functions.sql
+--
+-- The versions 0.9.0 recorded:
+-- @adopts 001_messaging.sql
+-- @adopts 002_inventory.sql
+-- @adopts 003_starting_values.sql
+-- @adopts 003_stock_by_hand.sql
+-- @adopts 004_admin.sql
+-- @adopts 005_perf_outbox.sql
+-- @adopts 005_perf_inventory.sql
+-- @adopts 006_fewer_statements_inventory.sql
+-- @adopts 007_saga_messages_delivered.sql
+-- @adopts 008_refused_deliveries.sql
+

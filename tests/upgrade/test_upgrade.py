@@ -1,0 +1,674 @@
+"""Upgrade from the previous release (issue 19), suite 'upgrade'.
+
+Builds the previous release (PREVIOUS below) from this repository's own
+history, in a git worktree cached in the build tree, and then, on one
+private PostgreSQL cluster:
+
+  (a) a database that the previous release's binaries made and ran, with
+      finished sagas and sagas waiting in the outbox (payment stopped, so
+      their PayCommands wait), is taken over by this tree's binaries after
+      this tree's sql/bootstrap.sql: the waiting sagas complete, the
+      finished ones read back unchanged through GET /orders/{id}, the admin
+      API and psql, and scripts/audit finds nothing; the previous release's
+      payment then starts again on the upgraded schema and completes an
+      order (old instances keep running during a rolling upgrade);
+  (b) the upgraded database's `pg_dump --schema-only` equals that of a
+      database this tree made from scratch, statements and columns sorted
+      (a unified diff when not);
+  (c) what migrate.c refuses and accepts: a schema of a newer major version
+      (refused, both versions named), a migration recorded by a newer minor
+      release (accepted), a database on which the previous release applied
+      only some of its migrations (refused, the missing ones named);
+  (d) a rolling upgrade under load, over HTTP and again over RabbitMQ
+      (TRANSPORT=amqp, a private node from scripts/rabbit-node): the
+      previous release's three services, each given both its own instance's
+      and its successor's address for every peer, are replaced one service
+      at a time (payment,
+      inventory, orchestrator: the new instance started next to the old one,
+      which is then stopped with SIGTERM) while orders flow, 20 or more
+      accepted at every step; every saga completes, one payment and one
+      reservation each, and scripts/audit passes.
+
+Why Python: the test drives two builds' binaries, psql and pg_dump and
+compares text; the C harness (tests/harness.c) starts one build's services.
+tests/ops/opslib.py has the cluster, HTTP and process helpers.
+
+The cache: <build>/upgrade-cache/src-<commit> (a `git worktree add
+--detach` of the commit) and build-<commit> (its meson build, the three
+binaries only), reused while they exist. Run time: about 4 min with the
+cache on 2 busy cores (1.5 min of it starting and stopping the RabbitMQ
+node), plus 2-3 min to build the previous release the first time.
+"""
+
+import difflib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
+from opslib import (BUILD, SRC, SERVICES, PEERS, PEER_ENV, Checks, die, free_port,  # noqa: E402
+                    request, _die_with_parent)
+
+# The release this tree upgrades from, and the commit it was made from.
+# From 1.0.0 on: the newest release named in CHANGELOG.md.
+PREVIOUS = "0.9.0"
+PREVIOUS_COMMIT = "23169bd"
+
+TOKEN = "upgrade-test-token"
+ADMIN_TOKEN = "upgrade-test-admin-token-0123456789"
+FINISHED = {"Completed", "Failed", "Compensated"}
+
+
+def run(argv, cwd=None, env=None, check=True):
+    r = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True)
+    if check and r.returncode != 0:
+        die("%s failed (%d):\n%s" % (" ".join(argv), r.returncode, r.stdout[-4000:]))
+    return r
+
+
+# --- the previous release's build ---------------------------------------------
+
+def previous_build():
+    """The previous release's build directory, built when missing."""
+    if run(["git", "-C", SRC, "cat-file", "-e", PREVIOUS_COMMIT + "^{commit}"],
+           check=False).returncode != 0:
+        die("commit %s (pgsaga %s) is not in the repository at %s: the upgrade test "
+            "builds it from the repository's history, so it needs a clone with the "
+            "full history (git fetch --unshallow)" % (PREVIOUS_COMMIT, PREVIOUS, SRC))
+    cache = os.path.join(BUILD, "upgrade-cache")
+    src = os.path.join(cache, "src-" + PREVIOUS_COMMIT)
+    build = os.path.join(cache, "build-" + PREVIOUS_COMMIT)
+    os.makedirs(cache, exist_ok=True)
+    if not os.path.exists(os.path.join(src, "meson.build")):
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(build, ignore_errors=True)
+        add = ["git", "-C", SRC, "worktree", "add", "--detach", src, PREVIOUS_COMMIT]
+        if run(add, check=False).returncode != 0:
+            # registered still, its directory gone (a build tree deleted)
+            run(["git", "-C", SRC, "worktree", "prune"])
+            run(add)
+    t = time.monotonic()
+    targets = ["src/%s/saga-%s" % (s, s) for s in SERVICES]
+    if os.path.exists(os.path.join(build, "build.ninja")):
+        if run(["meson", "compile", "-C", build] + targets, check=False).returncode == 0:
+            targets = None
+        else:  # a cache left broken (moved, interrupted): made again
+            shutil.rmtree(build)
+    if targets:
+        run(["meson", "setup", build], cwd=src)
+        run(["meson", "compile", "-C", build] + targets)
+    print("pgsaga %s (%s) built in %s (%.0f s)" % (PREVIOUS, PREVIOUS_COMMIT, build,
+                                                   time.monotonic() - t), flush=True)
+    return src, build
+
+
+# --- a cluster with several databases, services of either build ---------------
+
+class Cluster:
+    def __init__(self):
+        self.root = os.path.join(BUILD, "tests", "upgrade-run-%d" % os.getpid())
+        self.dir = os.path.join(self.root, "pg")
+        self.port = None
+        self.procs = []
+
+    def pg_cluster(self, *args, check=True):
+        env = dict(os.environ, PGSAGA_FAST="1")
+        return subprocess.run([os.path.join(SRC, "scripts", "pg-cluster")] + list(args),
+                              env=env, check=check, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+
+    def start(self):
+        os.makedirs(self.root, exist_ok=True)
+        for _ in range(5):
+            port = free_port()
+            r = self.pg_cluster("start", self.dir, str(port), check=False)
+            if r.returncode == 0:
+                self.port = port
+                return
+            if "already in use" not in r.stderr:
+                die("pg-cluster start failed:\n" + r.stderr)
+        die("pg-cluster: no free port after 5 tries")
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if os.path.isdir(self.dir):
+            self.pg_cluster("destroy", self.dir, check=False)
+        if os.environ.get("OPS_KEEP_RUN") != "1":
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def url(self, db, role="postgres"):
+        return "host=127.0.0.1 port=%d dbname=%s user=%s" % (self.port, db, role)
+
+    def psql(self, db, sql, role="postgres"):
+        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-F", "\t",
+                            "-d", self.url(db, role), "-c", sql],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if r.returncode != 0:
+            raise RuntimeError("psql failed: %s\n%s" % (sql, r.stderr))
+        return r.stdout
+
+    def scalar(self, db, sql):
+        return self.psql(db, sql).strip()
+
+    def bootstrap(self, db, script):
+        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d",
+                            self.url(db), "-f", script],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            die("%s on %s failed:\n%s" % (script, db, r.stdout))
+
+    def create_db(self, db, bootstrap):
+        self.psql("postgres", "CREATE DATABASE %s" % db)
+        self.bootstrap(db, bootstrap)
+
+    def wait_sql(self, db, sql, want, timeout=60):
+        end = time.monotonic() + timeout
+        got = None
+        while time.monotonic() < end:
+            got = self.scalar(db, sql)
+            if got == want:
+                return True
+            time.sleep(0.2)
+        print("waited %d s for %r = %r; last %r" % (timeout, sql, want, got), flush=True)
+        return False
+
+
+class Service:
+    """One instance of a service of one build on one database."""
+
+    def __init__(self, cluster, build, name, db, ports, env=None):
+        self.cluster, self.build, self.name, self.db = cluster, build, name, db
+        self.ports = ports  # service -> port, shared by the instances of a stack
+        self.port = ports[name]
+        self.extra = env or {}
+        self.proc = None
+        self.log = os.path.join(cluster.root, "%s-%s-%s-%d.log" % (
+            db, name, os.path.basename(build), self.port))
+
+    def env(self):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PG", "FAULT_")) and k not in (
+                   "DATABASE_URL", "LISTEN_ADDR", "INTERNAL_TOKEN", "LOG_LEVEL")}
+        env.update({
+            "DATABASE_URL": self.cluster.url(self.db, "saga_" + self.name),
+            "LISTEN_ADDR": "127.0.0.1:%d" % self.port,
+            "INTERNAL_TOKEN": TOKEN,
+            "ADMIN_TOKEN": ADMIN_TOKEN,
+            "LOG_LEVEL": "info",
+            # deliveries that failed while a peer was down are retried soon,
+            # and never given up on
+            "RETRY_CAP_MS": "300",
+            "RETRY_MAX_ATTEMPTS": "1000000",
+            # a row claimed by an instance that stops is due again soon
+            "LEASE_MS": "2000",
+            "BREAKER_OPEN_MS": "300",
+        })
+        for p in PEERS[self.name]:
+            env[PEER_ENV[p]] = "http://127.0.0.1:%d" % self.ports[p]
+        env.update(self.extra)
+        return env
+
+    def binary(self):
+        return os.path.join(self.build, "src", self.name, "saga-" + self.name)
+
+    def start(self):
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen([self.binary()], env=self.env(),
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         preexec_fn=_die_with_parent)
+        self.cluster.procs.append(self.proc)
+        return self
+
+    def wait_ready(self, timeout=60):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                die("saga-%s (%s) exited with %s; its log:\n%s" % (
+                    self.name, self.build, self.proc.returncode, self.tail()))
+            try:
+                if request(self.port, "GET", "/readyz", timeout=2).status == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        die("saga-%s not ready after %d s; its log:\n%s" % (self.name, timeout, self.tail()))
+
+    def exit_status(self, timeout=60):
+        """For a start that must fail: its exit status (None if it runs on)."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return None
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def tail(self, n=40):
+        try:
+            with open(self.log, "rb") as f:
+                return b"".join(f.readlines()[-n:]).decode("utf-8", "replace")
+        except OSError:
+            return "(no log)"
+
+
+def stack(cluster, build, db, ports, only=SERVICES):
+    svcs = {s: Service(cluster, build, s, db, ports).start() for s in only}
+    for s in svcs.values():
+        s.wait_ready()
+    return svcs
+
+
+def migrate_only(cluster, build, db):
+    """Lets a build's services make (or upgrade) db's schemas, then stops them."""
+    ports = {s: free_port() for s in SERVICES}
+    for s in stack(cluster, build, db, ports).values():
+        s.stop()
+
+
+# --- the sagas ------------------------------------------------------------------
+
+def order(port, key, customer, item, qty, amount):
+    r = request(port, "POST", "/orders",
+                {"customerId": customer, "itemId": item, "qty": qty, "amount": amount},
+                {"Idempotency-Key": key})
+    if r.status not in (200, 201, 202):
+        die("POST /orders %s: %r" % (key, r))
+    return r.json()["sagaId"]
+
+
+def get_order(port, saga):
+    r = request(port, "GET", "/orders/" + saga)
+    if r.status != 200:
+        die("GET /orders/%s: %r" % (saga, r))
+    return r.json()
+
+
+def admin_saga(port, saga):
+    r = request(port, "GET", "/admin/api/sagas/" + saga,
+                headers={"Authorization": "Bearer " + ADMIN_TOKEN})
+    if r.status != 200:
+        die("GET /admin/api/sagas/%s: %r" % (saga, r))
+    return r.json()
+
+
+# What psql shows of the finished sagas, in every schema; compared before and
+# after the upgrade.
+SNAPSHOT = [
+    "SELECT saga_id, state, version, customer_id, item_id, qty, amount, compensation,"
+    " deadline_at, trace_id, created_at, updated_at FROM orchestrator.saga_instances"
+    " WHERE saga_id = ANY ('{%(ids)s}') ORDER BY saga_id",
+    "SELECT saga_id, version, from_state, to_state, cause, message_id, at"
+    " FROM orchestrator.saga_history WHERE saga_id = ANY ('{%(ids)s}')"
+    " ORDER BY saga_id, version",
+    "SELECT message_id, kind, destination, type, payload, trace_id, attempt_count,"
+    " processed_at, dead_at, last_error, created_at FROM %(schema)s.outbox_messages"
+    " WHERE lower(payload->>'sagaId') = ANY ('{%(ids)s}') ORDER BY message_id",
+    "SELECT saga_id, customer_id, amount, status, reason, created_at, updated_at"
+    " FROM payment.payments WHERE saga_id = ANY ('{%(ids)s}') ORDER BY saga_id",
+    "SELECT saga_id, item_id, qty, status, reason, created_at, updated_at"
+    " FROM inventory.reservations WHERE saga_id = ANY ('{%(ids)s}') ORDER BY saga_id",
+]
+
+
+def snapshot(cluster, db, ids):
+    out = []
+    for q in SNAPSHOT:
+        for schema in SERVICES if "%(schema)s" in q else ("-",):
+            out.append(cluster.psql(db, q % {"ids": ",".join(ids), "schema": schema}))
+    return out
+
+
+# --- schema dumps -----------------------------------------------------------------
+
+def normalised_dump(cluster, db):
+    """pg_dump --schema-only of db as sorted statements, each table's columns
+    sorted, with pg_dump's own comments and settings left out."""
+    r = subprocess.run(["pg_dump", "--schema-only", "--no-tablespaces", "-d",
+                        cluster.url(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    if r.returncode != 0:
+        die("pg_dump %s: %s" % (db, r.stderr))
+    statements, cur = [], []
+    for line in r.stdout.splitlines():
+        if not cur and (line == "" or line.startswith(("--", "SET ", "\\"))
+                        or line.startswith("SELECT pg_catalog.set_config")):
+            continue
+        cur.append(line)
+        # pg_dump ends each statement with ';' at the end of a line, and
+        # follows it with an empty line (also after a function's body)
+        if line.endswith(";"):
+            statements.append(cur)
+            cur = []
+    if cur:
+        statements.append(cur)
+    out = []
+    for st in statements:
+        if st[0].startswith("CREATE TABLE ") and st[-1] == ");":
+            cols = sorted(c.rstrip(",") for c in st[1:-1])
+            st = [st[0]] + ["    " + c.strip() + "," for c in cols] + [");"]
+        out.append("\n".join(st))
+    return sorted(out)
+
+
+def dump_diff(a_name, a, b_name, b):
+    return "\n".join(difflib.unified_diff("\n\n".join(a).splitlines(),
+                                          "\n\n".join(b).splitlines(),
+                                          a_name, b_name, lineterm="", n=3))
+
+
+# --- (d) a rolling upgrade under load ------------------------------------------------
+
+class Load:
+    """Places orders one after another, each under its own Idempotency-Key,
+    on whichever orchestrator instance answers: a key whose request got no
+    answer (the instance stopping) is sent again, to the other one too,
+    until one accepts it."""
+
+    def __init__(self, ports):
+        self.ports = ports  # orchestrator ports, tried in turn
+        self.sagas = {}     # key -> sagaId
+        self.errors = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        i = 0
+        while not self.stopping.is_set():
+            key = "roll-%d" % i
+            end = time.monotonic() + 60
+            while key not in self.sagas and time.monotonic() < end:
+                for port in self.ports:
+                    try:
+                        r = request(port, "POST", "/orders",
+                                    {"customerId": "c-roll-%d" % (i % 7), "itemId": "R1",
+                                     "qty": 1, "amount": 100},
+                                    {"Idempotency-Key": key}, timeout=10)
+                    except OSError:
+                        continue
+                    if r.status in (200, 201, 202):
+                        self.sagas[key] = r.json()["sagaId"]
+                        break
+                else:
+                    time.sleep(0.05)
+            if key not in self.sagas:
+                self.errors.append("%s: no orchestrator accepted it in 60 s" % key)
+                return
+            i += 1
+            time.sleep(0.02)
+
+    def wait_for(self, more, timeout=120):
+        """Until `more` further orders are accepted."""
+        want = len(self.sagas) + more
+        end = time.monotonic() + timeout
+        while len(self.sagas) < want and time.monotonic() < end and not self.errors:
+            time.sleep(0.05)
+        return len(self.sagas) >= want
+
+
+def rabbit_node(cluster):
+    """A private RabbitMQ node (scripts/rabbit-node) for the amqp run; its
+    URL. Destroyed with the cluster's run directory (see main)."""
+    node = os.path.join(cluster.root, "rabbit")
+    for _ in range(5):
+        r = run([os.path.join(SRC, "scripts", "rabbit-node"), "start", node, str(free_port())],
+                check=False)
+        if r.returncode == 0:
+            return node, r.stdout.strip().splitlines()[-1]
+    die("scripts/rabbit-node start failed:\n" + r.stdout[-3000:])
+
+
+def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase,
+                    transport="http", amqp_url=None):
+    db = "rolling_" + transport
+    cluster.create_db(db, old_bootstrap)
+    old_ports = {s: free_port() for s in SERVICES}
+    new_ports = {s: free_port() for s in SERVICES}
+    # every instance knows both instances of each peer: the one not running
+    # is skipped
+    peers = {PEER_ENV[p]: "http://127.0.0.1:%d,http://127.0.0.1:%d" % (old_ports[p], new_ports[p])
+             for p in SERVICES}
+    if transport == "amqp":
+        peers.update({"TRANSPORT": "amqp", "AMQP_URL": amqp_url})
+    old = {s: Service(cluster, old_build, s, db, old_ports, peers).start() for s in SERVICES}
+    for svc in old.values():
+        svc.wait_ready()
+    cluster.psql(db, "INSERT INTO payment.accounts (customer_id, balance)"
+                     " SELECT 'c-roll-' || i, 100000000 FROM generate_series(0, 6) i;"
+                     " INSERT INTO inventory.stock (item_id, available) VALUES ('R1', 1000000)")
+    load = Load([old_ports["orchestrator"], new_ports["orchestrator"]])
+    load.thread.start()
+    try:
+        checks.ok(load.wait_for(20), "%s: orders flow through %s" % (transport, PREVIOUS))
+        cluster.bootstrap(db, new_bootstrap)
+        for s in ("payment", "inventory", "orchestrator"):
+            Service(cluster, BUILD, s, db, new_ports, peers).start().wait_ready()
+            checks.ok(load.wait_for(20), "%s: orders flow with both %ss" % (transport, s))
+            old[s].stop()
+            checks.ok(old[s].proc.returncode == 0, "%s's saga-%s exits 0 on SIGTERM (%s)" % (
+                PREVIOUS, s, old[s].proc.returncode))
+            checks.ok(load.wait_for(20), "%s: orders flow after %s's saga-%s stopped" % (
+                transport, PREVIOUS, s))
+            phase("rolling upgrade over %s: %s replaced, %d orders so far" % (
+                transport, s, len(load.sagas)))
+    finally:
+        load.stopping.set()
+        load.thread.join(timeout=90)
+    checks.ok(not load.errors, "every order accepted: %s" % load.errors)
+    n = len(load.sagas)
+    ids = ",".join(load.sagas.values())
+    checks.ok(len(set(load.sagas.values())) == n, "one saga per Idempotency-Key")
+    checks.ok(cluster.wait_sql(db, "SELECT count(*) FROM orchestrator.saga_instances"
+                               " WHERE state = 'Completed' AND saga_id = ANY ('{%s}')" % ids,
+                               str(n), timeout=120),
+              "%s: all %d sagas of the rolling upgrade complete" % (transport, n))
+    checks.ok(cluster.scalar(db, "SELECT count(*) FROM orchestrator.saga_instances") == str(n),
+              "no saga besides the %d orders" % n)
+    effects = cluster.psql(db, "SELECT (SELECT count(*) FROM payment.payments"
+                               " WHERE status = 'captured'),"
+                               " (SELECT count(*) FROM inventory.reservations"
+                               " WHERE status = 'reserved'),"
+                               " (SELECT sum(starting_balance - balance) FROM payment.accounts),"
+                               " (SELECT sum(starting_stock - available) FROM inventory.stock)")
+    checks.ok(effects == "%d\t%d\t%d\t%d\n" % (n, n, 100 * n, n),
+              "one payment and one reservation per saga, charged and reserved once (%r)"
+              % effects)
+    audit = run([os.path.join(SRC, "scripts", "audit"), cluster.url(db, "saga_auditor")],
+                check=False)
+    checks.ok(audit.returncode == 0, "%s: scripts/audit passes after the rolling upgrade:\n"
+              % transport + audit.stdout[-3000:])
+    print("rolling upgrade over %s: %d sagas carried across, all Completed" % (transport, n),
+          flush=True)
+
+
+# --- the test -----------------------------------------------------------------------
+
+def main():
+    started = time.monotonic()
+
+    def phase(what):
+        print("%6.1f s  %s" % (time.monotonic() - started, what), flush=True)
+
+    checks = Checks("upgrade")
+    old_src, old_build = previous_build()
+    old_bootstrap = os.path.join(old_src, "sql", "bootstrap.sql")
+    new_bootstrap = os.path.join(SRC, "sql", "bootstrap.sql")
+    cluster = Cluster()
+    node = None
+    try:
+        cluster.start()
+        phase("previous release built, cluster up")
+        carried = "carried"
+        cluster.create_db(carried, old_bootstrap)
+
+        # (a) the previous release makes and runs the database
+        ports = {s: free_port() for s in SERVICES}
+        old = stack(cluster, old_build, carried, ports)
+        cluster.psql(carried, "INSERT INTO payment.accounts (customer_id, balance)"
+                              " VALUES ('c-rich', 1000000), ('c-poor', 10);"
+                              " INSERT INTO inventory.stock (item_id, available)"
+                              " VALUES ('A1', 1000)")
+        finished = []
+        phase("%s running" % PREVIOUS)
+        for i in range(6):
+            finished.append(order(ports["orchestrator"], "done-%d" % i, "c-rich", "A1", 1, 100))
+        for i in range(2):  # declined: Failed
+            finished.append(order(ports["orchestrator"], "poor-%d" % i, "c-poor", "A1", 1, 5000))
+        for i in range(2):  # unknown item: refunded, Compensated
+            finished.append(order(ports["orchestrator"], "none-%d" % i, "c-rich", "NOPE", 1, 100))
+        checks.ok(cluster.wait_sql(carried, "SELECT count(*) FROM orchestrator.saga_instances"
+                                   " WHERE state NOT IN ('Completed', 'Failed', 'Compensated')",
+                                   "0"), "%s: the first sagas finish" % PREVIOUS)
+        states = cluster.psql(carried, "SELECT state, count(*) FROM orchestrator.saga_instances"
+                                       " GROUP BY state ORDER BY state")
+        checks.ok(states == "Compensated\t2\nCompleted\t6\nFailed\t2\n",
+                  "%s: 6 Completed, 2 Failed, 2 Compensated (%r)" % (PREVIOUS, states))
+        before_api = {s: get_order(ports["orchestrator"], s) for s in finished}
+        before_sql = snapshot(cluster, carried, finished)
+
+        phase("%d sagas finished" % len(finished))
+        # sagas waiting in the outbox: payment is down, their PayCommands wait
+        old["payment"].stop()
+        waiting = [order(ports["orchestrator"], "wait-%d" % i, "c-rich", "A1", 2, 300)
+                   for i in range(5)]
+        checks.ok(cluster.wait_sql(carried, "SELECT count(*) FROM orchestrator.outbox_messages"
+                                   " WHERE type = 'PayCommand' AND processed_at IS NULL"
+                                   " AND dead_at IS NULL AND attempt_count > 0", "5"),
+                  "%s: 5 PayCommands waiting, tried at least once" % PREVIOUS)
+        old["orchestrator"].stop()
+        old["inventory"].stop()
+        print("carried across: %d finished sagas, %d waiting in the outbox" % (
+            len(finished), len(waiting)), flush=True)
+
+        phase("%s stopped" % PREVIOUS)
+        # the upgrade: the new bootstrap, then the new binaries
+        cluster.bootstrap(carried, new_bootstrap)
+        new = stack(cluster, BUILD, carried, ports)
+        phase("this tree's binaries ready")
+        for s in SERVICES:
+            adopted = "adopted the schema of pgsaga %s" % PREVIOUS
+            checks.ok(adopted in open(new[s].log, encoding="utf-8", errors="replace").read(),
+                      "saga-%s logs that it %s" % (s, adopted))
+        checks.ok(cluster.wait_sql(carried, "SELECT count(*) FROM orchestrator.saga_instances"
+                                   " WHERE state = 'Completed' AND saga_id = ANY ('{%s}')"
+                                   % ",".join(waiting), "5"),
+                  "the 5 waiting sagas complete under the new binaries")
+        for s in waiting:
+            o = get_order(ports["orchestrator"], s)
+            checks.ok(o.get("state") == "Completed", "GET /orders/%s: Completed (%r)" % (s, o))
+        changed = [s for s in finished if get_order(ports["orchestrator"], s) != before_api[s]]
+        checks.ok(not changed, "the %d finished sagas read back unchanged through GET /orders"
+                  " (changed: %s)" % (len(finished), changed))
+        after_sql = snapshot(cluster, carried, finished)
+        checks.ok(after_sql == before_sql,
+                  "the finished sagas' rows read back unchanged through psql:\n" + "\n".join(
+                      dump_diff("before", [b], "after", [a])
+                      for b, a in zip(before_sql, after_sql) if a != b))
+        for s in finished[:3] + waiting[:1]:
+            a = admin_saga(ports["orchestrator"], s)
+            checks.ok(a.get("sagaId") == s and a.get("history"),
+                      "GET /admin/api/sagas/%s shows the saga and its history" % s)
+        one_effect = cluster.psql(carried, "SELECT count(*) FILTER (WHERE status = 'captured'),"
+                                           " count(*) FROM payment.payments WHERE saga_id ="
+                                           " ANY ('{%s}')" % ",".join(waiting))
+        checks.ok(one_effect == "5\t5\n", "one captured payment per waiting saga (%r)"
+                  % one_effect)
+        audit = run([os.path.join(SRC, "scripts", "audit"),
+                     cluster.url(carried, "saga_auditor")], check=False)
+        checks.ok(audit.returncode == 0, "scripts/audit passes on the upgraded database:\n"
+                  + audit.stdout[-3000:])
+
+        phase("taken over")
+        # an old instance still starts on the upgraded schema and works beside
+        new["payment"].stop()
+        back = Service(cluster, old_build, "payment", carried, ports).start().wait_ready()
+        late = order(ports["orchestrator"], "late-0", "c-rich", "A1", 1, 100)
+        checks.ok(cluster.wait_sql(carried, "SELECT state FROM orchestrator.saga_instances"
+                                   " WHERE saga_id = '%s'" % late, "Completed"),
+                  "pgsaga %s's payment starts again on the upgraded schema and pays" % PREVIOUS)
+        back.stop()
+        for s in new.values():
+            s.stop()
+
+        phase("old payment beside the new ones")
+        # (b) the same schema as a database made from scratch
+        fresh = "fresh"
+        cluster.create_db(fresh, new_bootstrap)
+        migrate_only(cluster, BUILD, fresh)
+        a, b = normalised_dump(cluster, carried), normalised_dump(cluster, fresh)
+        checks.ok(a == b, "pg_dump --schema-only of the upgraded database equals that of a"
+                  " fresh one:\n" + dump_diff("upgraded", a, "fresh", b))
+        print("schema dumps compared: %d statements" % len(a), flush=True)
+
+        phase("schemas compared")
+        # (c) what a binary refuses and accepts
+        cluster.psql(fresh, "UPDATE payment.schema_version SET major = major + 1")
+        newer = cluster.scalar(fresh, "SELECT major FROM payment.schema_version")
+        ours = str(int(newer) - 1)
+        p = Service(cluster, BUILD, "payment", fresh, {s: free_port() for s in SERVICES}).start()
+        rc = p.exit_status()
+        log = open(p.log, encoding="utf-8", errors="replace").read()
+        checks.ok(rc not in (0, None) and "major version %s" % newer in log
+                  and "major version %s" % ours in log,
+                  "a schema of a newer major version is refused, both versions named"
+                  " (exit %s):\n%s" % (rc, p.tail(5)))
+        cluster.psql(fresh, "UPDATE payment.schema_version SET major = major - 1;"
+                            " INSERT INTO payment.schema_migrations (version)"
+                            " VALUES ('900_from_a_newer_minor.sql')")
+        p = Service(cluster, BUILD, "payment", fresh, {s: free_port() for s in SERVICES})
+        p.start().wait_ready()
+        p.stop()
+        checks.ok("900_from_a_newer_minor.sql" in open(p.log, encoding="utf-8").read(),
+                  "a migration of a newer minor release is accepted, and logged")
+
+        partial = "partial"
+        cluster.create_db(partial, old_bootstrap)
+        q = Service(cluster, old_build, "payment", partial, {s: free_port() for s in SERVICES})
+        q.start().wait_ready()
+        q.stop()
+        cluster.psql(partial, "DELETE FROM payment.schema_migrations"
+                              " WHERE version IN ('006_pay_new_accounts.sql',"
+                              " '008_refused_deliveries.sql')")
+        p = Service(cluster, BUILD, "payment", partial, {s: free_port() for s in SERVICES})
+        rc = p.start().exit_status()
+        log = open(p.log, encoding="utf-8", errors="replace").read()
+        checks.ok(rc not in (0, None) and "006_pay_new_accounts.sql" in log
+                  and "008_refused_deliveries.sql" in log and PREVIOUS in log,
+                  "a partly migrated %s database is refused, the missing migrations named"
+                  " (exit %s):\n%s" % (PREVIOUS, rc, p.tail(5)))
+        checks.ok(cluster.scalar(partial, "SELECT to_regclass('payment.schema_version')"
+                                          " IS NULL") == "t",
+                  "the refused database is left as it was")
+        phase("refusals checked")
+
+        rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase)
+        node, amqp_url = rabbit_node(cluster)
+        phase("RabbitMQ node up")
+        rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase,
+                        "amqp", amqp_url)
+        phase("rolling upgrades done")
+    finally:
+        if node:
+            run([os.path.join(SRC, "scripts", "rabbit-node"), "destroy", node], check=False)
+        cluster.stop()
+    print("upgrade test: %.0f s" % (time.monotonic() - started), flush=True)
+    checks.done()
+
+
+if __name__ == "__main__":
+    main()
