@@ -32,6 +32,7 @@
 
 #include "broker.h"
 #include "harness.h"
+#include "metrics_reader.h"
 #include "proc.h"
 #include "uuid.h"
 
@@ -137,7 +138,7 @@ static void start_all(const char *transport)
 static bool wait_metric(enum svc s, const char *series, double want)
 {
 	for (long long end = now_ms() + WAIT_MS; now_ms() < end; usleep(50 * 1000))
-		if (env_metric(&env, s, series) == want)
+		if (metrics_read_series(env.port[s], series) == want)
 			return true;
 	return false;
 }
@@ -293,7 +294,7 @@ START_TEST(broker_signed_by_another_ca)
 	}
 	ck_assert_msg(log && strstr(log, "certificate verify failed"), "log: %s", log ? log : "");
 	free(log);
-	ck_assert_int_eq(env_metric(&env, SVC_ORCH, "saga_broker_up"), 0);
+	ck_assert_int_eq(metrics_read_series(env.port[SVC_ORCH], "saga_broker_up"), 0);
 	/* the peers, with the right CA, ready for the command when it comes */
 	for (int s = SVC_PAY; s < SVC_COUNT; s++) {
 		svc_env(&v, s, "amqp", NULL);
