@@ -27,8 +27,15 @@ COPY meson.build meson_options.txt ./
 COPY sql/ sql/
 COPY src/ src/
 COPY tests/ tests/
+# scripts/commit-id names the commit that --version reports. The context has
+# no .git, so the commit comes in as an argument, written where a release
+# tarball keeps it (COMMIT); without it the binaries say "commit unknown":
+#   docker build --build-arg PGSAGA_COMMIT=$(git rev-parse --short=12 HEAD) .
+COPY scripts/commit-id scripts/
+ARG PGSAGA_COMMIT=
 
-RUN meson setup /build --buildtype=release \
+RUN if [ -n "$PGSAGA_COMMIT" ]; then echo "$PGSAGA_COMMIT" >COMMIT; fi \
+	&& meson setup /build --buildtype=release \
 	&& meson compile -C /build saga-orchestrator saga-payment saga-inventory \
 	&& install -D -s -m 0755 -t /out \
 		/build/src/orchestrator/saga-orchestrator \

@@ -1,4 +1,4 @@
--- pgsaga audit: the invariants of SPEC §5, as queries that return the rows
+-- pgsaga audit: the invariants of docs/protocol.md, as queries that return the rows
 -- violating them. Run as saga_auditor (read-only on the three schemas), all
 -- in one REPEATABLE READ READ ONLY transaction so that every query sees the
 -- same snapshot: each service writes its effect, its inbox row and its

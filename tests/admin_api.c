@@ -1,5 +1,5 @@
 /*
- * Admin API tests (SPEC §9): the three real services with ADMIN_TOKEN set,
+ * Admin API tests (docs/protocol.md): the three real services with ADMIN_TOKEN set,
  * on a throwaway PostgreSQL cluster, over real sockets. Sign-in, the CSRF
  * header, which token opens what, and the JSON API.
  */
@@ -16,7 +16,7 @@
 #include "metrics_reader.h"
 #include "uuid.h"
 
-/* short on purpose: SPEC sets no minimum, so a short token only earns a
+/* short on purpose: no minimum length is promised, so a short token only earns a
  * warning, and every test here starts the services with one */
 #define ADMIN_TOKEN "admin"
 

@@ -1,6 +1,6 @@
 /*
- * Tests of what only the AMQP transport has (README.md, "Running over
- * RabbitMQ"): the broker dying under load, a consumer dying between its
+ * Tests of what only the AMQP transport has (docs/protocol.md,
+ * "RabbitMQ"): the broker dying under load, a consumer dying between its
  * commit and its ack, poison messages, the broker's memory alarm, and one
  * RabbitMQ user per service (least privilege). The guarantee tests every
  * transport must pass run from tests/integration/ under both
@@ -70,7 +70,7 @@ static void all_connected(void)
 		ck_assert(wait_metric(s, "saga_broker_up", 1));
 }
 
-/* Every saga terminal, and the saga invariants to the unit. */
+/* Every saga terminal, and the invariants of docs/protocol.md to the unit. */
 static void check_invariants(int n, long long stock0, long long credit0)
 {
 	char sql[200];
@@ -104,7 +104,7 @@ static void check_invariants(int n, long long stock0, long long credit0)
 }
 
 /*
- * A message is the outbox row: message_id, type, app_id, routed
+ * A message is the outbox row (docs/protocol.md, "RabbitMQ"): message_id, type, app_id, routed
  * by the destination's name through exchange pgsaga, the body the payload.
  */
 START_TEST(message_is_the_outbox_row)

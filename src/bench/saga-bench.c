@@ -78,6 +78,7 @@
 #include "backoff.h"
 #include "jsonx.h"
 #include "uuid.h"
+#include "version.h"
 
 #define MAX_SLOTS 4096
 
@@ -124,6 +125,7 @@ static void usage(FILE *out)
 		"  --analyze P        no load: summarise the sagas whose customers start with P\n"
 		"  --since TS         with --analyze: only sagas created at or after TS\n"
 		"  --quiet            no progress bar (it is shown only on a terminal anyway)\n"
+		"  --version          print the version and exit\n"
 		"Prints a JSON summary on stdout.\n",
 		S.url, S.customers, S.items, S.qty, S.amount, S.poll_ms, S.max_conns, S.wait_s,
 		S.lease_ms);
@@ -952,6 +954,7 @@ static void parse_args(int argc, char **argv)
 		{ "since", required_argument, NULL, 's' },
 		{ "quiet", no_argument, NULL, 'Q' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int ch;
@@ -984,6 +987,7 @@ static void parse_args(int argc, char **argv)
 		case 's': S.since = optarg; break;
 		case 'Q': S.quiet = true; break;
 		case 'h': usage(stdout); exit(0);
+		case 'V': version_print(stdout); exit(0);
 		default: usage(stderr); exit(2);
 		}
 	}

@@ -1,5 +1,5 @@
 /*
- * admin_sagas: the orchestrator's own part of the admin API (SPEC §9):
+ * admin_sagas: the orchestrator's own part of the admin API (docs/protocol.md, "admin API"):
  *   GET  /admin/api/sagas               a page of sagas, counts per state
  *   GET  /admin/api/sagas/{id}          a saga, its history and messages from
  *                                       all three services, payment, reservation

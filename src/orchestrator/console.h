@@ -1,5 +1,5 @@
 /*
- * console: the operator console (SPEC §9), plain HTML, CSS and JavaScript
+ * console: the operator console (docs/protocol.md, "admin API"), plain HTML, CSS and JavaScript
  * compiled into the binary (src/orchestrator/console/, embedded by
  * sql/embed.py --files) and served at /console/.
  *

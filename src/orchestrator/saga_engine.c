@@ -206,7 +206,7 @@ void saga_handle_event(struct inmsg m, const char *type)
 		inmsg_error(m, 404, "unknown_type", "unknown event type");
 		return;
 	}
-	/* SPEC §5: the failures carry a reason; without it the event is malformed
+	/* docs/protocol.md: the failures carry a reason; without it the event is malformed
 	 * whatever the saga's state, so it is refused before the state is read */
 	needs_reason = ev == SAGA_PAYMENT_FAILED || ev == SAGA_INVENTORY_RESERVATION_FAILED;
 	body = inmsg_body(m, &len);

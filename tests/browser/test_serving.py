@@ -1,4 +1,4 @@
-"""The console's files as the orchestrator serves them (SPEC §9), over
+"""The console's files as the orchestrator serves them (docs/protocol.md, "admin API"), over
 plain HTTP: nothing without ADMIN_TOKEN; with it, each file with its
 Content-Type, the Content-Security-Policy, nosniff, an entity tag that
 answers 304; and the rules the files themselves keep: under 100 KB

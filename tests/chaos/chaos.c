@@ -1,6 +1,6 @@
 /*
  * chaos: many orders while the system is broken on purpose (issue #3, item
- * 10), then the invariants of SPEC §5 checked to the unit.
+ * 10), then the invariants of docs/protocol.md checked to the unit.
  *
  * For CHAOS_SECONDS, client threads place CHAOS_SAGAS orders (evenly paced)
  * over a few items with limited stock, from customers whose credit

@@ -1,7 +1,7 @@
 /*
  * flood: hundreds of malformed requests to every endpoint of the three
- * services (SPEC §6: "No input makes a service crash, hang, leak or answer
- * 500; a rejected request changes nothing").
+ * services (docs/protocol.md, "Errors": "No input makes a service crash,
+ * hang, leak or answer 500; a rejected request changes nothing").
  *
  * Two kinds of input:
  *

@@ -28,7 +28,7 @@ built and run by a real Docker engine, and the README's tour run against it.
    The image pgsaga:local stays, as the build cache of the next run (the
    one it replaces, if any, is removed).
 
-With `--profile amqp` (SPEC §3, §8), steps 1-3 and 6 with the broker:
+With `--profile amqp` (README, "The same tour in containers"), steps 1-3 and 6 with the broker:
 `TRANSPORT=amqp docker compose --profile amqp up --build -d` adds the
 rabbitmq:3.10-management service (built by the same stand-in builder where
 no registry is reachable); every container healthy, the three services on

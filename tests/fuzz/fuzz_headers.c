@@ -1,7 +1,7 @@
 /*
  * The request headers the services parse themselves: Idempotency-Key
  * (httpd_idempotency_key) and traceparent (httpd_trace_id), each checked
- * against an independent reading of its definition (SPEC §6; W3C Trace
+ * against an independent reading of its definition (docs/protocol.md; W3C Trace
  * Context). The input is the header value, NUL-terminated at its length
  * (evhttp hands handlers C strings; an embedded NUL ends the value).
  */
@@ -13,7 +13,7 @@
 #include "httpd.h"
 
 /*
- * SPEC §6: 1..255 visible ASCII characters, compared byte for byte (quotes
+ * docs/protocol.md: 1..255 visible ASCII characters, compared byte for byte (quotes
  * are part of the key).
  */
 static bool ref_key(const char *h, char *out)

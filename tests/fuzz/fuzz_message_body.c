@@ -1,5 +1,5 @@
 /*
- * Bodies of the internal messages (SPEC §5) as command.c and the
+ * Bodies of the internal messages (docs/protocol.md, "Messages") as command.c and the
  * orchestrator's POST /events read them: jsonx_parse, then the UUID ids,
  * the type's own fields and the optional reason string.
  *

@@ -1,6 +1,6 @@
 /*
  * The body of POST /orders as the orchestrator reads it: jsonx_parse, then
- * the field readers with the bounds of SPEC §6, then jsonx_canonical, whose
+ * the field readers with the bounds of docs/protocol.md, then jsonx_canonical, whose
  * sha256 is what the Idempotency-Key record compares.
  *
  * Properties checked besides "no crash, no leak, no UB":

@@ -145,7 +145,7 @@ START_TEST(entry_idempotency_sequential)
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances", 0,
 				    NULL),
 			 1);
-	/* byte for byte (SPEC §6): with its quotes it is another key, whose
+	/* byte for byte (docs/protocol.md): with its quotes it is another key, whose
 	 * first use makes a new saga, with whatever body */
 	ck_assert_int_eq(env_post_order(&env, "\"order-42\"", other, &d), 201);
 	od = parse_body(&d);
@@ -165,7 +165,7 @@ START_TEST(entry_idempotency_sequential)
 END_TEST
 
 /*
- * SPEC §6: a key is 1-255 visible ASCII characters, '"' included, counted
+ * docs/protocol.md: a key is 1-255 visible ASCII characters, '"' included, counted
  * as sent; two Idempotency-Key lines mean "k1, k2" in HTTP, which is no key
  * the client meant, even when both lines are equal.
  */

@@ -131,7 +131,7 @@ START_TEST(migrations_only_as_the_schema_owner)
 END_TEST
 
 /*
- * SPEC §4: operators open accounts and add items with the spec's columns
+ * docs/protocol.md, "Tables": operators open accounts and add items with the documented columns
  * alone, top up and restock with an UPDATE, and the audit stays true. The
  * account insert broke once (starting_balance NOT NULL, no default) while
  * every test passed: this one works the way an operator does, through psql.

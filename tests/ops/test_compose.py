@@ -293,9 +293,10 @@ def check_services(installed):
 
 
 def check_broker(services, saga, brokers):
-    """The amqp profile (SPEC §3, §8): one RabbitMQ service, only in that
-    profile, that the three services' AMQP_URL points at with its own user
-    and password; TRANSPORT the same for all three, http unless set."""
+    """The amqp profile (README, "The same tour in containers"): one
+    RabbitMQ service, only in that profile, that the three services'
+    AMQP_URL points at with its own user and password; TRANSPORT the same
+    for all three, http unless set."""
     if not checks.ok(len(brokers) == 1, "one rabbitmq service: %r" % sorted(brokers)):
         return
     name, svc = next(iter(brokers.items()))

@@ -2,7 +2,7 @@
 in order, against a private node (scripts/rabbit-node, management plugin on),
 and does what the text around it says.
 
-The node gets the topology of SPEC §8 for one service and a message refused
+The node gets the topology of docs/protocol.md, "RabbitMQ" for one service and a message refused
 by its receiver (rejected without requeue, so dead-lettered into
 pgsaga.dead), as a receiver would. The blocks run with bash from a scratch
 directory holding `scripts` (a link to the repository's) and `.run/rabbit`
@@ -77,7 +77,7 @@ class Node:
         return r.json() if r.body else None
 
     def topology(self):
-        """SPEC §8, for payment: what every service declares at start."""
+        """docs/protocol.md, "RabbitMQ", for payment: what every service declares at start."""
         self.put("/api/exchanges/%2f/pgsaga", {"type": "direct", "durable": True})
         self.put("/api/exchanges/%2f/pgsaga.dead", {"type": "fanout", "durable": True})
         self.put("/api/queues/%2f/pgsaga.payment",

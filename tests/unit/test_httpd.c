@@ -11,7 +11,7 @@ START_TEST(idempotency_key_forms)
 
 	ck_assert(httpd_idempotency_key("order-42", out, sizeof(out)));
 	ck_assert_str_eq(out, "order-42");
-	/* byte for byte (SPEC §6): quotes are part of the key */
+	/* byte for byte (docs/protocol.md, "HTTP endpoints"): quotes are part of the key */
 	ck_assert(httpd_idempotency_key("\"order-42\"", out, sizeof(out)));
 	ck_assert_str_eq(out, "\"order-42\"");
 	ck_assert(httpd_idempotency_key("a\"b", out, sizeof(out)));

@@ -212,7 +212,7 @@ void envcfg_help(FILE *out, const char *prog, const char *about, const struct en
 {
 	size_t i;
 
-	fprintf(out, "usage: %s\n\n", prog);
+	fprintf(out, "usage: %s [--help | --version]\n\n", prog);
 	if (about && *about)
 		fprintf(out, "%s\n\n", about);
 	fprintf(out, "Settings, from the environment:\n");

@@ -311,7 +311,7 @@ static int parse_url(struct inst *in, const char *url, char *err, size_t errlen)
 	int port;
 
 	/*
-	 * A base URL is scheme, host and port: the paths of SPEC §6 are asked at
+	 * A base URL is scheme, host and port: the paths of docs/protocol.md are asked at
 	 * the peer's root, so a path (a proxy's prefix, say) would be dropped
 	 * without a word; refused, like an empty host, rather than found out
 	 * at the first delivery.

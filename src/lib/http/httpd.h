@@ -138,7 +138,7 @@ bool httpd_trace_id(const char *tp, char out[33]);
 
 /*
  * An Idempotency-Key header value: 1-255 visible ASCII characters, taken
- * byte for byte (SPEC §6: "abc" with its quotes is another key than abc).
+ * byte for byte (docs/protocol.md: "abc" with its quotes is another key than abc).
  * Copies it into out (outlen >= 256) and returns true when valid.
  */
 bool httpd_idempotency_key(const char *h, char *out, size_t outlen);

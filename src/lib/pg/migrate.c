@@ -325,7 +325,7 @@ static void on_notice(void *arg, const PGresult *res)
  * The schema's owner, and no one else, applies its migrations: what they
  * create belongs to whoever runs them, and tables owned by a superuser
  * (its URL pasted into the wrong DATABASE_URL) lock the service's own role
- * out for good and escape the auditor's default privileges (SPEC §4). A
+ * out for good and escape the auditor's default privileges (docs/protocol.md, "Tables"). A
  * schema that does not exist yet is left to the hint of the first statement.
  */
 static int check_owner(struct mig *mg)

@@ -11,10 +11,16 @@
 
 #include "db.h"
 #include "metrics.h"
+#include "version.h"
 
 static void healthz(struct evhttp_request *req, void *svc, const char *tail)
 {
-	httpd_reply(req, 200, "{\"status\":\"alive\"}");
+	char body[128];
+
+	/* the version and commit are digits, dots and hex: nothing to escape */
+	snprintf(body, sizeof(body), "{\"status\":\"alive\",\"version\":\"%s\",\"commit\":\"%s\"}",
+		 pgsaga_version, pgsaga_commit);
+	httpd_reply(req, 200, body);
 }
 
 static void readyz(struct evhttp_request *req, void *svc, const char *tail)

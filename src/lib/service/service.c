@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "outbox.h"
 #include "tls.h"
+#include "version.h"
 #include "transport_amqp.h"
 #include "uuid.h"
 
@@ -184,8 +185,8 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
 }
 
 /*
- * Empty means unset; a set one must differ from INTERNAL_TOKEN. SPEC sets no
- * minimum length, so a short one only earns a warning: refusing it stopped
+ * Empty means unset; a set one must differ from INTERNAL_TOKEN. No minimum
+ * length is promised, so a short one only earns a warning: refusing it stopped
  * every service over a test setup's "admin".
  */
 static int check_admin_token(struct service *service)
@@ -381,6 +382,11 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 			*done = true;
 			return 0;
 		}
+		if (strcmp(argv[i], "--version") == 0) {
+			version_print(stdout);
+			*done = true;
+			return 0;
+		}
 		fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
 		return 2;
 	}
@@ -418,6 +424,13 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 	if (!service->pool)
 		return 1;
 	db_pool_set_writers(service->pool, (int)service->db_writers);
+	snprintf(err, sizeof(err), "version=\"%s\",commit=\"%s\"", pgsaga_version,
+		 pgsaga_commit);
+	metric_set(metrics_series(metrics_family("saga_build_info",
+						 "The running build: version and commit, always 1",
+						 METRIC_GAUGE),
+				  err),
+		   1);
 	metrics_gauge_fn("saga_db_pool_in_use", "Pool connections running a statement", "",
 			 gauge_pool_busy, service->pool);
 	metrics_gauge_fn("saga_db_pool_waiting", "Statements waiting for a pool connection", "",

@@ -1,5 +1,5 @@
 /*
- * pgsaga operator console (SPEC §9). Plain JavaScript, no framework, no
+ * pgsaga operator console (docs/protocol.md, "admin API"). Plain JavaScript, no framework, no
  * build step; served by the orchestrator under a CSP that allows only this
  * origin's files.
  *

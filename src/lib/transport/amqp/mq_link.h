@@ -18,7 +18,7 @@
  *
  * What the thread does: connect with backoff (100 ms doubling to 5 s, with
  * jitter; mq_setup.h; amqps:// over TLS, whose OpenSSL objects therefore live
- * and die on this thread only), declare the topology (exchange pgsaga direct,
+ * and die on this thread only), declare the topology of docs/protocol.md (exchange pgsaga direct,
  * quorum queues pgsaga.<service> dead-lettering to the fanout pgsaga.dead,
  * bound to queue pgsaga.dead; what the broker user may declare, see
  * mq_setup.h), open channel 1 with publisher confirms, basic.qos

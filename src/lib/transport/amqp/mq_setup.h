@@ -4,7 +4,7 @@
  * MQ_RPC_TIMEOUT_S): TCP, or TLS for amqps:// (below), a login that
  * advertises the capabilities the link relies on (connection.blocked,
  * consumer_cancel_notify, publisher_confirms, basic.nack), channel
- * MQ_CHANNEL, the topology (README.md, "Broker transport": exchange pgsaga
+ * MQ_CHANNEL, the topology (docs/protocol.md: exchange pgsaga
  * direct; quorum queues pgsaga.<service> bound by the service's name and
  * dead-lettering to the fanout pgsaga.dead, bound to queue pgsaga.dead),
  * publisher confirms, basic.qos prefetch, and the consumer if asked.

@@ -40,7 +40,7 @@ struct transport_amqp_opts {
 	void *arg;
 };
 /*
- * AMQP (SPEC §8), through an mq_link thread (see mq_link.h for why):
+ * AMQP (docs/protocol.md, "RabbitMQ"), through an mq_link thread (see mq_link.h for why):
  * publishes confirmed and mandatory, a breaker per destination as over
  * HTTP; deliveries of pgsaga.<service> handed to consume. on_up(arg) runs
  * each time the broker connection comes up (the outbox sweeps then).
