@@ -1,7 +1,8 @@
 /*
- * Tests of what only the AMQP transport has (docs/protocol.md, "RabbitMQ"): the broker dying
- * under load, a consumer dying between its commit and its ack, poison
- * messages, and the broker's memory alarm. The guarantee tests every
+ * Tests of what only the AMQP transport has (docs/protocol.md,
+ * "RabbitMQ"): the broker dying under load, a consumer dying between its
+ * commit and its ack, poison messages, the broker's memory alarm, and one
+ * RabbitMQ user per service (least privilege). The guarantee tests every
  * transport must pass run from tests/integration/ under both
  * (integration-amqp); the destination queue deleted (returns, dead letter,
  * retry) is dead_letters_and_retry there (delivery.c).
@@ -18,6 +19,9 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
 
 #include "broker.h"
 #include "clock.h"
@@ -358,6 +362,93 @@ START_TEST(silent_broker_is_noticed)
 }
 END_TEST
 
+/*
+ * Least privilege on the broker (README.md, "Running across hosts"): one
+ * RabbitMQ user per service with the README's set_permissions lines. The
+ * saga completes with them; payment's user is refused (403 ACCESS_REFUSED)
+ * on basic.consume of the orchestrator's queue, and may not declare it.
+ */
+static const char *const lp_user[SVC_COUNT] = { "pgsaga-orchestrator", "pgsaga-payment",
+						"pgsaga-inventory" };
+/* configure, write, read: the README's lines, word for word */
+static const char *const lp_perm[SVC_COUNT][3] = {
+	{ "^pgsaga(\\.dead|\\.orchestrator)?$", "^pgsaga(\\.dead|\\.orchestrator)?$",
+	  "^pgsaga(\\.dead|\\.orchestrator)?$" },
+	{ "^pgsaga(\\.payment)?$", "^pgsaga(\\.dead|\\.payment)?$", "^pgsaga(\\.payment)?$" },
+	{ "^pgsaga(\\.inventory)?$", "^pgsaga(\\.dead|\\.inventory)?$", "^pgsaga(\\.inventory)?$" },
+};
+
+/* The reply code of the broker's channel.close after basic.consume of queue
+ * as url's user, or 0 when the consume was accepted. */
+static int consume_reply_code(const char *url, const char *queue)
+{
+	char copy[256];
+	struct amqp_connection_info ci;
+	struct timeval tv = { 10, 0 };
+	amqp_connection_state_t c = amqp_new_connection();
+	amqp_socket_t *sock = amqp_tcp_socket_new(c);
+	amqp_rpc_reply_t r;
+	int code = 0;
+
+	snprintf(copy, sizeof(copy), "%s", url);
+	ck_assert_int_eq(amqp_parse_url(copy, &ci), AMQP_STATUS_OK);
+	ck_assert_int_eq(amqp_socket_open_noblock(sock, ci.host, ci.port, &tv), AMQP_STATUS_OK);
+	amqp_set_rpc_timeout(c, &tv);
+	ck_assert_int_eq(amqp_login(c, ci.vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, ci.user,
+				    ci.password).reply_type,
+			 AMQP_RESPONSE_NORMAL);
+	amqp_channel_open(c, 1);
+	ck_assert_int_eq(amqp_get_rpc_reply(c).reply_type, AMQP_RESPONSE_NORMAL);
+	amqp_basic_consume(c, 1, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0, 0,
+			   amqp_empty_table);
+	r = amqp_get_rpc_reply(c);
+	if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD)
+		code = ((amqp_channel_close_t *)r.reply.decoded)->reply_code;
+	else
+		ck_assert_int_eq(r.reply_type, AMQP_RESPONSE_NORMAL);
+	amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+	amqp_destroy_connection(c);
+	return code;
+}
+
+START_TEST(least_privilege_broker_users)
+{
+	char url[SVC_COUNT][160], arg[SVC_COUNT][192], saga[UUID_STR_LEN];
+	int port = harness_broker()->port;
+
+	for (int s = 0; s < SVC_COUNT; s++) {
+		snprintf(url[s], sizeof(url[s]), "amqp://%s:pw-%d@127.0.0.1:%d/%%2f", lp_user[s], s,
+			 port);
+		snprintf(arg[s], sizeof(arg[s]), "AMQP_URL=amqp://%s:pw-%d@127.0.0.1:%d/%%2f",
+			 lp_user[s], s, port);
+		char pw[16];
+
+		snprintf(pw, sizeof(pw), "pw-%d", s);
+		ck_assert_int_eq(broker_ctl(harness_broker(), NULL, 0, "add_user", lp_user[s], pw,
+					    NULL), 0);
+		ck_assert_int_eq(broker_ctl(harness_broker(), NULL, 0, "set_permissions", "-p", "/",
+					    lp_user[s], lp_perm[s][0], lp_perm[s][1], lp_perm[s][2],
+					    NULL), 0);
+	}
+	/* payment first: it may not declare pgsaga.dead nor its peers' queues */
+	env_start(&env, SVC_PAY, (const char *const[]){ arg[SVC_PAY], NULL });
+	env_start(&env, SVC_INV, (const char *const[]){ arg[SVC_INV], NULL });
+	env_start(&env, SVC_ORCH, (const char *const[]){ arg[SVC_ORCH], NULL });
+	all_connected();
+	ck_assert_int_eq(broker_queue_depth(harness_amqp_url(), "pgsaga.dead"), 0);
+
+	free(env_sql(&env, "INSERT INTO inventory.stock VALUES ('LP1', 5)", 0, NULL));
+	env_new_order(&env, "c-lp", "LP1", 1, 100, saga);
+	ck_assert(env_wait_sql(&env, "SELECT state FROM orchestrator.saga_instances", "Completed",
+			       WAIT_MS));
+
+	ck_assert_int_eq(consume_reply_code(url[SVC_PAY], "pgsaga.orchestrator"),
+			 AMQP_ACCESS_REFUSED);
+	ck_assert_int_eq(consume_reply_code(url[SVC_PAY], "pgsaga.dead"), AMQP_ACCESS_REFUSED);
+	ck_assert_int_eq(consume_reply_code(url[SVC_PAY], "pgsaga.payment"), 0);
+}
+END_TEST
+
 static Suite *amqp_suite(void)
 {
 	Suite *s = suite_create("amqp");
@@ -372,6 +463,7 @@ static Suite *amqp_suite(void)
 	tcase_add_test(tc, memory_alarm_pauses_publishing);
 	tcase_add_test(tc, silent_broker_is_noticed);
 	tcase_add_test(tc, broker_killed_and_restarted);
+	tcase_add_test(tc, least_privilege_broker_users);
 	return s;
 }
 

@@ -25,6 +25,8 @@
 #                              with CA (a PEM file): over HTTPS, verified by it (curl)
 #   http_ready PORT            GET /readyz on 127.0.0.1:PORT answers 200
 #   role_url URL ROLE          URL's database, connecting as ROLE
+#   db_url URL DB              a postgresql:// URL with database DB instead, its
+#                              query (sslmode=, sslrootcert=, ...) kept
 #   stop_pids PID...           SIGTERM, 15 s to end, then SIGKILL; reaps them
 #
 # scripts/lib/services.sh starts and stops the three services (scripts/up,
@@ -187,6 +189,13 @@ role_url() {
 	else
 		printf '%s user=%s\n' "$base" "$role"
 	fi
+}
+
+# The same server and settings, another database: the path's last segment
+# replaced, the query kept (it may hold paths with slashes: sslrootcert=).
+db_url() {
+	local base=${1%%\?*}
+	printf '%s/%s%s\n' "${base%/*}" "$2" "${1#"$base"}"
 }
 
 # The services drain what is in flight on SIGTERM; give them time, then insist.

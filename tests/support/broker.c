@@ -122,7 +122,12 @@ static bool ran_ok(int status)
 static int script(const struct broker *b, const char *verb, bool with_port)
 {
 	char port[16];
-	const char *args[] = { verb, b->dir, with_port ? port : NULL, NULL };
+	const char *args[] = { verb, b->dir, with_port ? port : NULL, NULL, NULL, NULL };
+
+	if (with_port && b->tls_dir[0]) {
+		args[3] = "--tls";
+		args[4] = b->tls_dir;
+	}
 
 	snprintf(port, sizeof(port), "%d", b->port);
 	return run_script(args, NULL, 0);
@@ -162,9 +167,23 @@ static void teardown_node_of(const void *b)
 
 /* --- the node ------------------------------------------------------------- */
 
+static void start(struct broker *b, const char *certs);
+
 void broker_start(struct broker *b)
 {
+	start(b, NULL);
+}
+
+void broker_start_tls(struct broker *b, const char *certs)
+{
+	start(b, certs);
+}
+
+static void start(struct broker *b, const char *certs)
+{
 	memset(b, 0, sizeof(*b));
+	if (certs)
+		snprintf(b->tls_dir, sizeof(b->tls_dir), "%s", certs);
 	script_path(); /* outside meson, fail before there is a directory to leave */
 	snprintf(b->dir, sizeof(b->dir), "/tmp/pgsaga-rabbit-test-XXXXXX");
 	if (!mkdtemp(b->dir))
@@ -172,7 +191,8 @@ void broker_start(struct broker *b)
 	b->port = free_port();
 	if (b->port < 0)
 		ck_abort_msg("no free port: %s", strerror(errno));
-	snprintf(b->url, sizeof(b->url), "amqp://guest:guest@127.0.0.1:%d/%%2f", b->port);
+	snprintf(b->url, sizeof(b->url), "amqp%s://guest:guest@127.0.0.1:%d/%%2f", certs ? "s" : "",
+		 b->port);
 	b->owner = getpid();
 	/* Before the start: a test killed while the node boots leaves nothing. */
 	b->watchdog = proc_watchdog_start("broker", teardown_node_of, b);

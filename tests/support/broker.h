@@ -33,7 +33,8 @@
 struct broker {
 	char dir[PATH_MAX];   /* private directory (scripts/rabbit-node DIR) */
 	int port;             /* AMQP port on 127.0.0.1 */
-	char url[128];        /* amqp://guest:guest@127.0.0.1:PORT/%2f */
+	char url[128];        /* amqp://guest:guest@127.0.0.1:PORT/%2f (amqps:// with TLS) */
+	char tls_dir[PATH_MAX]; /* broker_start_tls: scripts/rabbit-node --tls DIR */
 	pid_t owner;          /* the process that started it; 0 when destroyed */
 	pid_t watchdog;
 };
@@ -41,6 +42,11 @@ struct broker {
 /* Starts a new node on a free port and waits until it accepts connections
  * (about 5 s). */
 void broker_start(struct broker *b);
+
+/* The same with AMQP over TLS only (scripts/rabbit-node --tls certs, a
+ * directory of scripts/certs with ca.crt and rabbitmq.crt). The AMQP helpers
+ * below speak plain AMQP and do not reach such a node. */
+void broker_start_tls(struct broker *b, const char *certs);
 
 /* Stops the node (graceful), deletes its directory and ends the watchdog.
  * Does nothing outside the owner or when already destroyed. */

@@ -159,13 +159,19 @@ static int pg_cluster(const char *verb, bool with_port)
 {
 	char script[PATH_MAX], port[16];
 	const char *const fast[] = { "PGSAGA_FAST=1", NULL };
-	const char *argv[] = { "bash", script, verb, cluster_dir, with_port ? port : NULL, NULL };
+	const char *argv[] = { "bash", script, verb, cluster_dir, with_port ? port : NULL, NULL,
+			       NULL, NULL };
 	const char *src = getenv("SAGA_SOURCE_DIR");
+	const char *tls = getenv("SAGA_TEST_PG_TLS_DIR");
 
 	if (!src || !*src)
 		harness_fatal("SAGA_SOURCE_DIR is not set: run the tests with `meson test`");
 	snprintf(script, sizeof(script), "%s/scripts/pg-cluster", src);
 	snprintf(port, sizeof(port), "%d", cluster_port);
+	if (with_port && tls && *tls) {
+		argv[5] = "--tls";
+		argv[6] = tls;
+	}
 	/* bash, not the script itself: a checkout may have lost the exec bit. */
 	return run_cmd(argv, fast);
 }

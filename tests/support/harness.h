@@ -19,7 +19,9 @@
 
 enum svc { SVC_ORCH = 0, SVC_PAY = 1, SVC_INV = 2, SVC_COUNT };
 
-/* Unchecked fixture: start (and, at the end, stop) the cluster once. */
+/* Unchecked fixture: start (and, at the end, stop) the cluster once. With
+ * SAGA_TEST_PG_TLS_DIR set (a directory of scripts/certs with postgres.crt),
+ * the cluster runs TLS only: scripts/pg-cluster --tls. */
 void harness_cluster_start(void);
 void harness_cluster_stop(void);
 

@@ -84,7 +84,7 @@ static size_t common_vars(struct service *service, struct envcfg_var *v)
 	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
 	VAR("TLS_CERT_FILE", ENVCFG_STRING, &service->tls_cert_file, "", 0, 0,
 	    "PEM certificate chain: with TLS_KEY_FILE the listener is HTTPS only, and it is "
-	    "the client certificate toward https:// peers");
+	    "the client certificate toward https:// peers and amqps:// brokers");
 	VAR("TLS_KEY_FILE", ENVCFG_STRING, &service->tls_key_file, "", 0, 0,
 	    "PEM private key of TLS_CERT_FILE");
 	VAR("TLS_CA_FILE", ENVCFG_STRING, &service->tls_ca_file, "", 0, 0,
@@ -342,6 +342,9 @@ static int open_transport(struct service *service, char *err, size_t errlen)
 		.dests = service->dests,
 		.ndests = service->spec->npeers,
 		.prefetch = (int)service->amqp_prefetch,
+		.tls_ca = service->tls_ca_file,
+		.tls_cert = service->tls_cert_file,
+		.tls_key = service->tls_key_file,
 		.breaker_failures = (int)service->breaker_failures,
 		.breaker_open_ms = (int)service->breaker_open_ms,
 		.retry_base_ms = (int)service->retry_base_ms,

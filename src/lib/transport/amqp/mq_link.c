@@ -53,6 +53,7 @@ struct mq_link {
 	int refusals; /* publishes refused in a row */
 	char service[32], queue[48];
 	char **queues;
+	char *tls_ca, *tls_cert, *tls_key; /* NULL: unset */
 	int prefetch, window;
 	amqp_connection_state_t conn;
 	uint64_t generation, seq;
@@ -211,7 +212,9 @@ static void thread_connect(struct mq_link *l, bool consume)
 {
 	const struct mq_setup setup = { &l->nodes.ci[l->node], l->service,
 					(const char *const *)l->queues, l->prefetch,
-					consume ? l->queue : NULL, mq_nodes_group_size(&l->nodes) };
+					consume ? l->queue : NULL,
+					l->tls_ca, l->tls_cert, l->tls_key,
+					mq_nodes_group_size(&l->nodes) };
 
 	l->why[0] = '\0';
 	l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
@@ -606,6 +609,24 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
+static char *dup_or_null(const char *s)
+{
+	char *d;
+
+	if (!s || !*s)
+		return NULL;
+	if (!(d = strdup(s)))
+		abort();
+	return d;
+}
+
+static void free_tls(struct mq_link *l)
+{
+	free(l->tls_ca);
+	free(l->tls_cert);
+	free(l->tls_key);
+}
+
 struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errlen)
 {
 	struct mq_link *l = calloc(1, sizeof(*l));
@@ -617,13 +638,6 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 		free(l);
 		return NULL;
 	}
-	for (size_t i = 0; i < l->nodes.n; i++)
-		if (l->nodes.ci[i].ssl) {
-			snprintf(err, errlen, "AMQP_URL: expected amqp://user:password@host:port/vhost");
-			mq_nodes_free(&l->nodes);
-			free(l);
-			return NULL;
-		}
 	snprintf(l->service, sizeof(l->service), "%s", o->service);
 	snprintf(l->queue, sizeof(l->queue), "pgsaga.%s", o->service);
 	while (o->queues[nq])
@@ -634,6 +648,9 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 	for (size_t i = 0; i < nq; i++)
 		if (!(l->queues[i] = strdup(o->queues[i])))
 			abort();
+	l->tls_ca = dup_or_null(o->tls_ca);
+	l->tls_cert = dup_or_null(o->tls_cert);
+	l->tls_key = dup_or_null(o->tls_key);
 	l->prefetch = o->prefetch;
 	l->window = o->window;
 	l->backoff_ms = RECONNECT_MIN_MS;
@@ -651,6 +668,7 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 			free(l->queues[i]);
 		free(l->queues);
 		mq_nodes_free(&l->nodes);
+		free_tls(l);
 		free(l);
 		return NULL;
 	}
@@ -689,6 +707,7 @@ void mq_link_free(struct mq_link *l)
 	for (char **q = l->queues; *q; q++)
 		free(*q);
 	free(l->queues);
+	free_tls(l);
 	close(l->loop_fd);
 	close(l->wake_fd);
 	pthread_mutex_destroy(&l->mu);

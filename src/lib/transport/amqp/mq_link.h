@@ -17,14 +17,13 @@
  * is buffered) and wakes at least every HEARTBEAT_S/2 to serve heartbeats.
  *
  * What the thread does: connect with backoff (100 ms doubling to 5 s, with
-<<<<<<< HEAD
- * jitter; mq_setup.h), declare the topology of docs/protocol.md (exchange pgsaga direct, quorum
-=======
  * jitter; mq_setup.h; with several nodes in the URL, each of them in turn
- * before waiting, and after a lost connection the next node first), declare the topology of docs/protocol.md (exchange pgsaga direct, quorum
->>>>>>> refs/heads/cluster
- * queues pgsaga.<service> dead-lettering to the fanout pgsaga.dead, bound to
- * queue pgsaga.dead), open channel 1 with publisher confirms, basic.qos
+ * before waiting, and after a lost connection the next node first; amqps://
+ * over TLS, whose OpenSSL objects therefore live and die on this thread
+ * only), declare the topology of docs/protocol.md (exchange pgsaga direct,
+ * quorum queues pgsaga.<service> dead-lettering to the fanout pgsaga.dead,
+ * bound to queue pgsaga.dead; what the broker user may declare, see
+ * mq_setup.h), open channel 1 with publisher confirms, basic.qos
  * prefetch and a consumer on the service's own queue. Publishes are mandatory
  * and persistent, at most `window` unconfirmed at once; each comes back to
  * the loop as MQ_CONFIRMED with ok set only on the broker's basic.ack of a
@@ -84,12 +83,14 @@ struct mq_msg *mq_msg_new(size_t len);
 enum mq_settle { MQ_ACK, MQ_REJECT /* no requeue: dead letter */, MQ_REQUEUE };
 
 struct mq_link_opts {
-	const char *url;       /* amqp://user:pass@host:port/vhost, or several
+	const char *url;       /* amqp[s]://user:pass@host:port/vhost, or several
 				* nodes of one cluster (mq_nodes.h); copied */
 	const char *service;   /* app_id, and the queue consumed: pgsaga.<service> */
 	const char *const *queues; /* every service's name, NULL-terminated, declared */
 	int prefetch;
 	int window;            /* unconfirmed publishes at most */
+	/* amqps:// only (copied; NULL or "": unset): see mq_setup.h */
+	const char *tls_ca, *tls_cert, *tls_key;
 };
 
 struct mq_link;

@@ -1,9 +1,15 @@
 /* mq_setup: see mq_setup.h. */
 #include "mq_setup.h"
 
+#include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
+#include <arpa/inet.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 
@@ -76,12 +82,25 @@ static bool channel_closed(amqp_rpc_reply_t r)
 	       r.reply.id == AMQP_CHANNEL_CLOSE_METHOD;
 }
 
-/* The broker closed channel ch: acknowledge it so that ch can be opened again. */
+/* The broker closed channel ch (a refusal): acknowledge it so that ch can be
+ * opened again. */
 static bool close_ok(amqp_connection_state_t c, amqp_channel_t ch)
 {
 	amqp_channel_close_ok_t ok = { 0 };
 
 	return amqp_send_method(c, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) == AMQP_STATUS_OK;
+}
+
+/* After the last RPC on ch failed: REFUSED (the broker closed ch, which is
+ * acknowledged; *code says why) or LOST. */
+static enum declared failed(amqp_connection_state_t c, amqp_channel_t ch, int *code)
+{
+	amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+
+	if (!channel_closed(r))
+		return LOST;
+	*code = ((amqp_channel_close_t *)r.reply.decoded)->reply_code;
+	return close_ok(c, ch) ? REFUSED : LOST;
 }
 
 /*
@@ -90,81 +109,43 @@ static bool close_ok(amqp_connection_state_t c, amqp_channel_t ch)
  * made before x-quorum-initial-group-size was sent, or when AMQP_URL listed
  * fewer nodes), and the group size only counts at creation anyway. A
  * passive declaration of a missing queue closes the channel (404 NOT_FOUND):
- * it is opened again for the real one. REFUSED: the broker closed channel ch
- * (acknowledged; the reason in why); LOST: the connection failed.
+ * it is opened again for the real one. Then bound to exchange ex by key, if
+ * ex is set.
  */
 static enum declared declare_queue(amqp_connection_state_t c, amqp_channel_t ch, const char *q,
-				   amqp_table_t args, char *why, size_t whylen)
+				   amqp_table_t args, const char *ex, const char *key, char *why,
+				   size_t whylen, int *code)
 {
-	char what[80];
-	amqp_rpc_reply_t r;
+	char what[96];
 
 	snprintf(what, sizeof(what), "declaring queue %s", q);
 	amqp_queue_declare(c, ch, amqp_cstring_bytes(q), 1, 1, 0, 0, amqp_empty_table);
-	r = amqp_get_rpc_reply(c);
-	if (r.reply_type == AMQP_RESPONSE_NORMAL)
+	if (!mq_rpc_ok(c, what, why, whylen)) {
+		enum declared d = failed(c, ch, code);
+
+		if (d != REFUSED || *code != AMQP_NOT_FOUND)
+			return d;
+		amqp_channel_open(c, ch);
+		if (!mq_rpc_ok(c, "opening a channel again", why, whylen))
+			return LOST;
+		amqp_queue_declare(c, ch, amqp_cstring_bytes(q), 0, 1, 0, 0, args);
+		if (!mq_rpc_ok(c, what, why, whylen))
+			return failed(c, ch, code);
+	}
+	if (!ex)
 		return DECLARED;
-	mq_rpc_ok(c, what, why, whylen);
-	if (!channel_closed(r))
-		return LOST;
-	if (((amqp_channel_close_t *)r.reply.decoded)->reply_code != AMQP_NOT_FOUND)
-		return close_ok(c, ch) ? REFUSED : LOST;
-	if (!close_ok(c, ch))
-		return LOST;
-	amqp_channel_open(c, ch);
-	if (!mq_rpc_ok(c, "opening a channel", why, whylen))
-		return LOST;
-	amqp_queue_declare(c, ch, amqp_cstring_bytes(q), 0, 1, 0, 0, args);
-	r = amqp_get_rpc_reply(c);
-	if (r.reply_type == AMQP_RESPONSE_NORMAL)
-		return DECLARED;
-	mq_rpc_ok(c, what, why, whylen);
-	return channel_closed(r) && close_ok(c, ch) ? REFUSED : LOST;
+	snprintf(what, sizeof(what), "binding queue %s", q);
+	amqp_queue_bind(c, ch, amqp_cstring_bytes(q), amqp_cstring_bytes(ex), amqp_cstring_bytes(key),
+			amqp_empty_table);
+	return mq_rpc_ok(c, what, why, whylen) ? DECLARED : failed(c, ch, code);
 }
 
-/*
- * pgsaga.dead on its own channel, opened and closed here. Returns false only
- * when the connection itself failed; a refused declaration is logged.
- */
-static bool declare_dead(amqp_connection_state_t c, const struct mq_setup *s, char *why,
-			 size_t whylen)
-{
-	amqp_table_entry_t qargs[2] = { mq_entry_str("x-queue-type", "quorum"),
-					entry_int("x-quorum-initial-group-size", s->group_size) };
-	amqp_table_t qt = { 2, qargs };
-	char what[200];
-
-	amqp_channel_open(c, MQ_CHANNEL_DEAD);
-	if (!mq_rpc_ok(c, "opening a channel", why, whylen))
-		return false;
-	switch (declare_queue(c, MQ_CHANNEL_DEAD, "pgsaga.dead",
-			      s->group_size > 1 ? qt : amqp_empty_table, what, sizeof(what))) {
-	case LOST:
-		snprintf(why, whylen, "%s", what);
-		return false;
-	case REFUSED:
-		log_warn("amqp: %s; the broker keeps no dead letters until that is fixed"
-			 " (docs/operations.md)", what);
-		return true;
-	case DECLARED:
-		break;
-	}
-	amqp_queue_bind(c, MQ_CHANNEL_DEAD, amqp_cstring_bytes("pgsaga.dead"),
-			amqp_cstring_bytes("pgsaga.dead"), amqp_empty_bytes, amqp_empty_table);
-	if (!mq_rpc_ok(c, "binding queue pgsaga.dead", what, sizeof(what))) {
-		if (!channel_closed(amqp_get_rpc_reply(c)) || !close_ok(c, MQ_CHANNEL_DEAD)) {
-			snprintf(why, whylen, "%s", what);
-			return false;
-		}
-		log_warn("amqp: %s", what);
-		return true;
-	}
-	amqp_channel_close(c, MQ_CHANNEL_DEAD, AMQP_REPLY_SUCCESS);
-	return mq_rpc_ok(c, "closing a channel", why, whylen);
-}
-
-/* docs/protocol.md: declared by every service at start; a queue that exists is kept. */
-static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
+/* A service queue: durable, quorum (a replica on each node listed, at most
+ * 5), dead-lettering to pgsaga.dead, bound to pgsaga with the service's name
+ * as routing key. */
+static enum declared declare_service_queue(amqp_connection_state_t c, amqp_channel_t ch,
+					   const struct mq_setup *s, const char *svc, char *why,
+					   size_t whylen, int *code)
 {
 	amqp_table_entry_t qargs[3] = { mq_entry_str("x-queue-type", "quorum"),
 					mq_entry_str("x-dead-letter-exchange", "pgsaga.dead"),
@@ -172,25 +153,130 @@ static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *w
 	amqp_table_t qt = { 3, qargs };
 	char q[48];
 
+	snprintf(q, sizeof(q), "pgsaga.%s", svc);
+	return declare_queue(c, ch, q, qt, "pgsaga", svc, why, whylen, code);
+}
+
+/*
+ * A declaration on the spare channel was refused (the channel is closed and
+ * acknowledged): log it and open the channel again; false when the
+ * connection is no longer usable. 403 is a RabbitMQ user without configure
+ * rights there; anything else (pgsaga.dead, say) is worth a warning, and
+ * never keeps the service from its own queue either.
+ */
+static bool spare_refused(amqp_connection_state_t c, int code, char *why, size_t whylen)
+{
+	if (code == AMQP_ACCESS_REFUSED)
+		log_info("amqp: %s; going on without it (this RabbitMQ user may not declare it)", why);
+	else
+		log_warn("amqp: %s; going on without it (docs/operations.md)", why);
+	amqp_channel_open(c, MQ_SPARE_CHANNEL);
+	return mq_rpc_ok(c, "reopening the spare channel", why, whylen);
+}
+
+/* The shared topology on the spare channel, each piece only where permitted. */
+static bool declare_shared(amqp_connection_state_t c, const struct mq_setup *s, char *why,
+			   size_t whylen)
+{
+	const amqp_channel_t ch = MQ_SPARE_CHANNEL;
+	/* with several nodes, pgsaga.dead is on a majority of them too */
+	amqp_table_entry_t dargs[2] = { mq_entry_str("x-queue-type", "quorum"),
+					entry_int("x-quorum-initial-group-size", s->group_size) };
+	amqp_table_t dt = { 2, dargs };
+	enum declared d = DECLARED;
+	int code = 0;
+
+	amqp_channel_open(c, ch);
+	if (!mq_rpc_ok(c, "opening the spare channel", why, whylen))
+		return false;
+	amqp_exchange_declare(c, ch, amqp_cstring_bytes("pgsaga.dead"), amqp_cstring_bytes("fanout"),
+			      0, 1, 0, 0, amqp_empty_table);
+	if (!mq_rpc_ok(c, "declaring exchange pgsaga.dead", why, whylen))
+		d = failed(c, ch, &code);
+	if (d == DECLARED)
+		d = declare_queue(c, ch, "pgsaga.dead", s->group_size > 1 ? dt : amqp_empty_table,
+				  "pgsaga.dead", "pgsaga.dead", why, whylen, &code);
+	if (d == LOST || (d == REFUSED && !spare_refused(c, code, why, whylen)))
+		return false;
+	for (const char *const *svc = s->queues; *svc; svc++) {
+		if (strcmp(*svc, s->service) == 0)
+			continue;
+		d = declare_service_queue(c, ch, s, *svc, why, whylen, &code);
+		if (d == LOST || (d == REFUSED && (code != AMQP_ACCESS_REFUSED ||
+						   !spare_refused(c, code, why, whylen))))
+			return false;
+	}
+	amqp_channel_close(c, ch, AMQP_REPLY_SUCCESS);
+	return mq_rpc_ok(c, "closing the spare channel", why, whylen);
+}
+
+/* Declared at every start; a queue that exists is kept. See mq_setup.h. */
+static bool declare(amqp_connection_state_t c, const struct mq_setup *s, char *why, size_t whylen)
+{
+	int code = 0;
+
 	amqp_exchange_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga"), amqp_cstring_bytes("direct"),
 			      0, 1, 0, 0, amqp_empty_table);
 	if (!mq_rpc_ok(c, "declaring exchange pgsaga", why, whylen))
 		return false;
-	amqp_exchange_declare(c, MQ_CHANNEL, amqp_cstring_bytes("pgsaga.dead"),
-			      amqp_cstring_bytes("fanout"), 0, 1, 0, 0, amqp_empty_table);
-	if (!mq_rpc_ok(c, "declaring exchange pgsaga.dead", why, whylen))
+	if (declare_service_queue(c, MQ_CHANNEL, s, s->service, why, whylen, &code) != DECLARED)
 		return false;
-	if (!declare_dead(c, s, why, whylen))
+	why[0] = '\0';
+	if (!declare_shared(c, s, why, whylen))
 		return false;
-	for (const char *const *svc = s->queues; *svc; svc++) {
-		snprintf(q, sizeof(q), "pgsaga.%s", *svc);
-		if (declare_queue(c, MQ_CHANNEL, q, qt, why, whylen) != DECLARED)
-			return false;
-		amqp_queue_bind(c, MQ_CHANNEL, amqp_cstring_bytes(q), amqp_cstring_bytes("pgsaga"),
-				amqp_cstring_bytes(*svc), amqp_empty_table);
-		if (!mq_rpc_ok(c, "binding a service queue", why, whylen))
-			return false;
+	why[0] = '\0';
+	return true;
+}
+
+static bool is_ip(const char *host)
+{
+	unsigned char buf[16];
+
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* amqps: the socket's OpenSSL context, set up as mq_setup.h says. */
+static bool tls_setup(amqp_socket_t *sock, const struct mq_setup *s, char *why, size_t whylen)
+{
+	SSL_CTX *ctx = amqp_ssl_socket_get_context(sock);
+	X509_VERIFY_PARAM *vp;
+	int rc;
+
+	if (!ctx) {
+		snprintf(why, whylen, "TLS: no OpenSSL context");
+		return false;
 	}
+	/* the library's own host name check knows DNS names only: OpenSSL's below */
+	amqp_ssl_socket_set_verify_peer(sock, 1);
+	amqp_ssl_socket_set_verify_hostname(sock, 0);
+	rc = amqp_ssl_socket_set_ssl_versions(sock, AMQP_TLSv1_2, AMQP_TLSvLATEST);
+	if (rc != AMQP_STATUS_OK) {
+		snprintf(why, whylen, "TLS: %s", amqp_error_string2(rc));
+		return false;
+	}
+	if (s->tls_ca && *s->tls_ca) {
+		if (amqp_ssl_socket_set_cacert(sock, s->tls_ca) != AMQP_STATUS_OK) {
+			snprintf(why, whylen, "TLS_CA_FILE %s: cannot load it", s->tls_ca);
+			return false;
+		}
+	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+		snprintf(why, whylen, "TLS: the system's trust store cannot be loaded");
+		return false;
+	}
+	if (s->tls_cert && *s->tls_cert && s->tls_key && *s->tls_key &&
+	    amqp_ssl_socket_set_key(sock, s->tls_cert, s->tls_key) != AMQP_STATUS_OK) {
+		snprintf(why, whylen, "TLS_CERT_FILE %s / TLS_KEY_FILE %s: cannot load them",
+			 s->tls_cert, s->tls_key);
+		return false;
+	}
+	vp = SSL_CTX_get0_param(ctx);
+	rc = is_ip(s->ci->host) ? X509_VERIFY_PARAM_set1_ip_asc(vp, s->ci->host)
+				: X509_VERIFY_PARAM_set1_host(vp, s->ci->host, 0);
+	if (rc != 1) {
+		snprintf(why, whylen, "TLS: cannot check the host name %s", s->ci->host);
+		return false;
+	}
+	ERR_clear_error();
 	return true;
 }
 
@@ -213,17 +299,22 @@ amqp_connection_state_t mq_setup_open(const struct mq_setup *s, char *why, size_
 	props[0].value.kind = AMQP_FIELD_KIND_TABLE;
 	props[0].value.value.table = (amqp_table_t){ 4, caps };
 	props[1] = mq_entry_str("connection_name", s->service);
-	sock = amqp_tcp_socket_new(c);
+	sock = s->ci->ssl ? amqp_ssl_socket_new(c) : amqp_tcp_socket_new(c);
 	if (!sock) {
 		snprintf(why, whylen, "cannot create a socket");
 		goto fail;
 	}
+	if (s->ci->ssl && !tls_setup(sock, s, why, whylen))
+		goto fail;
 	amqp_set_handshake_timeout(c, &tv);
 	amqp_set_rpc_timeout(c, &tv);
 	rc = amqp_socket_open_noblock(sock, s->ci->host, s->ci->port, &tv);
 	if (rc != AMQP_STATUS_OK) {
 		snprintf(why, whylen, "connecting to %s:%d: %s", s->ci->host, s->ci->port,
-			 amqp_error_string2(rc));
+			 rc == AMQP_STATUS_SSL_PEER_VERIFY_FAILED
+				 ? "certificate verify failed (the broker's certificate is not"
+				   " signed by TLS_CA_FILE's authority or does not name this host)"
+				 : amqp_error_string2(rc));
 		goto fail;
 	}
 	r = amqp_login_with_properties(c, s->ci->vhost, 0, 131072, MQ_HEARTBEAT_S, &pt,
@@ -250,5 +341,6 @@ amqp_connection_state_t mq_setup_open(const struct mq_setup *s, char *why, size_
 	return c;
 fail:
 	amqp_destroy_connection(c);
+	ERR_clear_error(); /* this thread's OpenSSL error queue: nothing left behind */
 	return NULL;
 }

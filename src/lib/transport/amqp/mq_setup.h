@@ -1,18 +1,36 @@
 /*
  * mq_setup: opening one AMQP connection the way pgsaga needs it, for the
  * mq_link thread (every call blocks; each step is bounded by
- * MQ_RPC_TIMEOUT_S): TCP, a login that advertises the capabilities the link
- * relies on (connection.blocked, consumer_cancel_notify, publisher_confirms,
- * basic.nack), channel MQ_CHANNEL, the topology of docs/protocol.md (exchange pgsaga
+ * MQ_RPC_TIMEOUT_S): TCP, or TLS for amqps:// (below), a login that
+ * advertises the capabilities the link relies on (connection.blocked,
+ * consumer_cancel_notify, publisher_confirms, basic.nack), channel
+ * MQ_CHANNEL, the topology (docs/protocol.md: exchange pgsaga
  * direct; quorum queues pgsaga.<service> bound by the service's name and
  * dead-lettering to the fanout pgsaga.dead, bound to queue pgsaga.dead),
  * publisher confirms, basic.qos prefetch, and the consumer if asked.
+ *
+ * Topology and least privilege. What a service needs is declared on
+ * MQ_CHANNEL and must succeed: the exchange pgsaga and its own queue with its
+ * binding. The rest (the fanout pgsaga.dead with its queue, and the peers'
+ * queues, so that a message sent before a peer's first start waits for it
+ * rather than being returned) is declared on MQ_SPARE_CHANNEL, one
+ * declaration at a time: when the broker refuses one (403 ACCESS_REFUSED:
+ * the service runs as a RabbitMQ user without configure rights there, see
+ * README.md "Running across hosts"), that channel is reopened and the
+ * service goes on; each peer declares its own queue, and whoever may declare
+ * pgsaga.dead (the orchestrator's user) does. Any other failure to declare
+ * pgsaga.dead is logged too, and never keeps a service from its own queue.
+ *
  * A queue that exists already is kept as it is (a passive declaration
  * first): the broker refuses a declaration whose arguments differ from the
- * queue's, e.g. a group size from a longer node list.
- * pgsaga.dead is declared on a channel of its own (MQ_CHANNEL_DEAD): a
- * failure there (an older classic pgsaga.dead met by a cluster's quorum
- * declaration, say) is logged and never keeps a service from its own queue.
+ * queue's, e.g. x-quorum-initial-group-size from a longer node list, and the
+ * group size only counts when a queue is made.
+ *
+ * amqps:// (rabbitmq-c's OpenSSL socket; its OpenSSL objects are created,
+ * used and freed on the calling thread only): TLS 1.2 or later; the broker's
+ * certificate must verify against tls_ca (else the system's trust store) and
+ * name the URL's host (OpenSSL's own check, which knows IP addresses too);
+ * tls_cert/tls_key, when set, are presented as the client certificate.
  */
 #ifndef PGSAGA_MQ_SETUP_H
 #define PGSAGA_MQ_SETUP_H
@@ -22,16 +40,18 @@
 #include <stddef.h>
 
 #define MQ_CHANNEL 1
-#define MQ_CHANNEL_DEAD 2
+#define MQ_SPARE_CHANNEL 2 /* optional declarations: a refusal closes only it */
 #define MQ_HEARTBEAT_S 10
 #define MQ_RPC_TIMEOUT_S 5
 
 struct mq_setup {
 	const struct amqp_connection_info *ci;
 	const char *service;             /* the connection's name */
-	const char *const *queues;       /* services whose queues to declare, NULL-ended */
+	const char *const *queues;       /* every service (own queue: service), NULL-ended */
 	int prefetch;
 	const char *consume;             /* the queue to consume, or NULL */
+	const char *tls_ca;              /* amqps: PEM CA bundle, NULL: the system's */
+	const char *tls_cert, *tls_key;  /* amqps: client certificate, NULL: none */
 	/*
 	 * x-quorum-initial-group-size of the queues: the nodes listed in
 	 * AMQP_URL (at most 5). Above 1, pgsaga.dead is a quorum queue too.

@@ -65,6 +65,7 @@ struct transport_amqp {
 	struct metric_series *m_confirm_ok, *m_confirm_failed;
 	struct metric_series *m_node[MQ_NODES_MAX]; /* saga_broker_node, per node listed */
 	char node[80]; /* the node connected to, or last tried */
+	char scheme[8]; /* amqp or amqps */
 };
 
 static int64_t now_ms(void)
@@ -373,7 +374,7 @@ static void state_changed(struct transport_amqp *a, struct mq_msg *m)
 	snprintf(a->node, sizeof(a->node), "%s", m->node);
 	/* with several nodes, last_error says which one failed a publish */
 	if (mq_link_node(a->link, 1))
-		snprintf(a->where, sizeof(a->where), "amqp://%s", m->node);
+		snprintf(a->where, sizeof(a->where), "%s://%s", a->scheme, m->node);
 	for (size_t i = 0; i < MQ_NODES_MAX && a->m_node[i]; i++)
 		metric_set(a->m_node[i], m->up && strcmp(mq_link_node(a->link, i), m->node) == 0);
 	metric_set(a->m_up, m->up);
@@ -505,7 +506,8 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 {
 	static const char *const queues[] = { "orchestrator", "payment", "inventory", NULL };
 	struct transport_amqp *a = calloc(1, sizeof(*a));
-	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW };
+	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW,
+				   o->tls_ca, o->tls_cert, o->tls_key };
 
 	if (!a)
 		abort();
@@ -517,17 +519,19 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 		free(a);
 		return NULL;
 	}
+	snprintf(a->scheme, sizeof(a->scheme), "%s", strncmp(o->url, "amqps:", 6) ? "amqp" : "amqps");
 	/*
 	 * where, for last_error and the instance label of the circuit metric:
-	 * one node's URL (valid by now) without its credentials, as it always
-	 * was; with several, the node in use (the first until connected)
+	 * one node's URL without its credentials, as it always was; with
+	 * several, the node in use (the first until connected)
 	 */
 	if (mq_link_node(a->link, 1)) {
-		snprintf(a->where, sizeof(a->where), "amqp://%s", mq_link_node(a->link, 0));
+		snprintf(a->where, sizeof(a->where), "%s://%s", a->scheme, mq_link_node(a->link, 0));
 	} else {
-		const char *at = strrchr(o->url, '@');
+		const char *at = strrchr(o->url, '@'), *rest = strstr(o->url, "://");
 
-		snprintf(a->where, sizeof(a->where), "amqp://%s", at ? at + 1 : o->url + 7);
+		snprintf(a->where, sizeof(a->where), "%s://%s", a->scheme,
+			 at ? at + 1 : rest ? rest + 3 : o->url);
 	}
 	declare_metrics(a);
 	a->ev = event_new(base, mq_link_fd(a->link), EV_READ | EV_PERSIST, link_cb, a);
