@@ -138,6 +138,54 @@ START_TEST(database_outage)
 END_TEST
 
 /*
+ * The server stops taking writes, as a primary demoted in a failover does
+ * (here the orchestrator's role made read-only in this database): the
+ * statement that meets it (SQLSTATE 25006) is a database outage, 503 with
+ * Retry-After, never a 500; the service makes its connections anew and
+ * takes orders again once the server takes writes.
+ */
+START_TEST(read_only_server_is_unavailable)
+{
+	struct http_resp r;
+	char key[32];
+	int n503 = 0;
+	const char *body = "{\"customerId\":\"c-13\",\"itemId\":\"A001\",\"qty\":1,\"amount\":10}";
+	const char *kill = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+			   " WHERE usename = 'saga_orchestrator' AND datname = current_database()";
+
+	env_start_all(&env);
+	seed_stock("A001", 10);
+	free(env_sqlf(&env, "ALTER ROLE saga_orchestrator IN DATABASE \"%s\""
+			    " SET default_transaction_read_only = on", env.dbname));
+	free(env_sqlf(&env, "%s", kill));
+	/* the old connections go at once; the new ones meet a read-only server */
+	long long t0 = clock_ms();
+	for (int i = 0; clock_ms() - t0 < 3000; i++) {
+		snprintf(key, sizeof(key), "read-only-%d", i);
+		int status = env_post_order(&env, key, body, &r);
+
+		ck_assert_msg(status != 500, "POST /orders on a read-only server: 500 %s", r.body);
+		n503 += status == 503;
+		http_resp_free(&r);
+		usleep(50 * 1000);
+	}
+	ck_assert_int_gt(n503, 0);
+	free(env_sqlf(&env, "ALTER ROLE saga_orchestrator IN DATABASE \"%s\""
+			    " RESET default_transaction_read_only", env.dbname));
+	int status = 0;
+
+	t0 = clock_ms();
+	while (status != 201 && clock_ms() - t0 < WAIT_MS) {
+		status = env_post_order(&env, "read-only-after", body, &r);
+		http_resp_free(&r);
+		if (status != 201)
+			usleep(100 * 1000);
+	}
+	ck_assert_int_eq(status, 201);
+}
+END_TEST
+
+/*
  * Each service needs only its own DATABASE_URL: orchestrator, payment and
  * inventory on three separate PostgreSQL servers run the saga.
  */
@@ -214,6 +262,7 @@ Suite *databases_suite(void)
 	tcase_add_checked_fixture(db, fixture_setup, teardown_with_clusters);
 	tcase_set_timeout(db, 120);
 	tcase_add_test(db, database_outage);
+	tcase_add_test(db, read_only_server_is_unavailable);
 	tcase_add_test(db, database_per_service);
 	suite_add_tcase(s, db);
 	return s;

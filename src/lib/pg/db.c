@@ -194,6 +194,21 @@ static void pool_fail_queue(struct db_pool *pool, const char *why)
 }
 
 /*
+ * SQLSTATE 25006 (read_only_sql_transaction): the server this connection
+ * reached takes no more writes, as a primary demoted in a failover does.
+ * It counts as a lost connection: the caller sees DB_UNAVAILABLE (a 503, a
+ * delivery tried again) and the connection is made anew, which with
+ * target_session_attrs=read-write finds the new primary. A statement of
+ * ours never writes in a read-only transaction on purpose.
+ */
+static bool went_read_only(const PGresult *res)
+{
+	const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+	return state && strcmp(state, "25006") == 0;
+}
+
+/*
  * The connection broke or never came up: drop it, fail what ran on it and
  * schedule a reconnect. Called from the connection's own callbacks only
  * after they are done touching c->pg.
@@ -390,6 +405,11 @@ static void conn_finish_busy(struct conn *c)
 	if (PQstatus(c->pg) == CONNECTION_BAD) {
 		PQclear(res);
 		conn_down(c, PQerrorMessage(c->pg));
+		return;
+	}
+	if (went_read_only(res)) {
+		conn_down(c, PQresultErrorMessage(res)); /* copies the message first */
+		PQclear(res);
 		return;
 	}
 	if (c->state == CONN_PREPARING && res && PQresultStatus(res) == PGRES_COMMAND_OK) {
