@@ -943,8 +943,8 @@ START_TEST(dead_letters_listed_and_retried)
 		"{\"service\":\"orchestrator\",\"all\":1}",
 		"{\"service\":\"billing\",\"all\":true}",
 		"{\"all\":true}",
-		"{\"service\":\"payment\",\"lastError\":\"x\","
-		"\"messageIds\":[\"00000000-0000-4000-8000-000000000001\"]}",
+		("{\"service\":\"payment\",\"lastError\":\"x\","
+		 "\"messageIds\":[\"00000000-0000-4000-8000-000000000001\"]}"),
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		admin_post("/admin/api/dead-letters/retry", bad[i], &r);

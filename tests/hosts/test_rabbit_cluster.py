@@ -289,6 +289,8 @@ def run_faults(cl, sy, client, checks):
     back = link_event(sy, "orchestrator", "connected to", lost)
     first = wait(lambda: first_completion_after(sy, lost), 120, 0.5)
     checks.ok(first is not None, "a saga begun after the SIGKILL completes")
+    if first is None:
+        diagnose(cl, sy)
     log("SIGKILL: the orchestrator's connection broke, it was connected to %s %.1f s later"
         " (%.1f s after the kill command returned); the first saga begun after the break"
         " completed %.1f s after it" % (moved, (back or lost) - lost, t_move, first or -1))
@@ -322,10 +324,40 @@ def run_faults(cl, sy, client, checks):
     checks.ok(progressed, "orders are accepted during the partition")
     first = wait(lambda: first_completion_after(sy, wall1), 120, 0.5)
     checks.ok(first is not None, "a saga begun after the partition started completes")
+    if first is None:
+        diagnose(cl, sy)
     log("partition: first saga begun after the cut completed %.1f s after it" % (first or -1))
     checks.ok(wait(lambda: len(running_nodes(cl, cut)) == NODES, 180, 2),
               "the cut-off node is back in the cluster after the heal")
     checks.ok(wait_progress(client, 30, 120), "orders are accepted after the heal")
+
+
+def diagnose(cl, sy):
+    """What a stall looks like: where the sagas wait, what the outboxes
+    hold, what the links say and what each node's queues hold."""
+    print(sy.psql("SELECT state, count(*), min(created_at), max(updated_at) FROM orchestrator.saga_instances"
+                  " GROUP BY 1 ORDER BY 2 DESC"), flush=True)
+    for s in ("orchestrator", "payment", "inventory"):
+        print(s, "outbox:", sy.psql("SELECT count(*) FILTER (WHERE processed_at IS NULL),"
+                                    " count(*) FILTER (WHERE attempt_count > 0 AND processed_at"
+                                    " IS NULL), max(attempt_count), min(next_attempt_at) FILTER"
+                                    " (WHERE processed_at IS NULL), max(last_error) FROM"
+                                    " %s.outbox_messages"
+                                    % s).strip(), flush=True)
+    for s in sy.ports:
+        try:
+            r = request(sy.ports[s], "GET", "/metrics", timeout=5)
+        except OSError as e:
+            print(s, "metrics:", e, flush=True)
+            continue
+        for line in r.body.decode().splitlines():
+            if line.startswith(("saga_amqp_", "saga_broker_", "saga_outbox_", "saga_inbox_")):
+                print(s, line, flush=True)
+    for i in range(NODES):
+        q = cl.ctl(i, "list_queues", "-q", "--no-table-headers", "name", "messages_ready",
+                   "messages_unacknowledged", "consumers", "leader", "online")
+        print("node %d queues (rc %d):\n%s%s" % (i + 1, q.returncode, q.stdout, q.stderr),
+              flush=True)
 
 
 def running_nodes(cl, i):

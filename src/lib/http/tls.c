@@ -7,6 +7,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -347,7 +348,11 @@ struct bufferevent *tls_connect_bev(struct tls *t, struct event_base *base, cons
 		/* an address is matched against the IP addresses of the certificate */
 		if (X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) != 1)
 			goto fail;
-	} else if (SSL_set1_host(ssl, host) != 1 || SSL_set_tlsext_host_name(ssl, host) != 1) {
+	} else if (SSL_set1_host(ssl, host) != 1 ||
+		   /* SSL_set_tlsext_host_name() without its macro's const-dropping
+		    * cast, which clang reports; OpenSSL copies the name */
+		   SSL_ctrl(ssl, SSL_CTRL_SET_TLSEXT_HOSTNAME, TLSEXT_NAMETYPE_host_name,
+			    (void *)(uintptr_t)host) != 1) {
 		goto fail;
 	}
 	if (cache && cache->sess && cache->gen == t->gen && SSL_SESSION_is_resumable(cache->sess))
