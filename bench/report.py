@@ -94,21 +94,27 @@ for c in concs:
         te = json.load(open(f"{out}/tls-c{c}.json"))["e2e_ms"]
         tn = sum(p["terminal"] for p in tp)
         tt = tn / tspan if tspan else 0.0
-        # handshakes during the runs: after - before; the server side less
-        # the after-scrape's own connection to each of the three services
+        # handshakes during the runs: after - before (lines: before,
+        # [half-way,] after); the server side less the later scrapes' own
+        # connections, one to each of the three services per scrape
         hs = [0, 0, 0, 0]
+        half = 0   # the second halves': both sides, all full or resumed
         for r in range(1, rounds + 1):
-            b, e2 = [[int(x) for x in line.split()]
-                     for line in open(f"{out}/tls-c{c}-r{r}.hs")][:2]
-            hs = [h + y - x for h, x, y in zip(hs, b, e2)]
-        hs[2] -= 3 * rounds
+            v = [[int(x) for x in line.split()] for line in open(f"{out}/tls-c{c}-r{r}.hs")]
+            hs = [h + y - x for h, x, y in zip(hs, v[0], v[-1])]
+            hs[2] -= 3 * (len(v) - 1)
+            if len(v) == 3 and half is not None:
+                half += sum(y - x for x, y in zip(v[1], v[2])) - 3
+            else:
+                half = None
         a.update(tls_sagas_per_s=tt, tls_p50_ms=te["p50"], tls_p99_ms=te["p99"],
                  tls_to_plain=tt / tput if tput else 0.0,
                  tls_post_p50_ms=median(p["post"]["p50"] for p in tp),
                  tls_client_full_per_saga=hs[0] / tn if tn else float("nan"),
                  tls_client_resumed_per_saga=hs[1] / tn if tn else float("nan"),
                  tls_server_full_per_saga=hs[2] / tn if tn else float("nan"),
-                 tls_server_resumed_per_saga=hs[3] / tn if tn else float("nan"))
+                 tls_server_resumed_per_saga=hs[3] / tn if tn else float("nan"),
+                 tls_second_half_handshakes=half if half is not None else float("nan"))
     rows.append(dict(
         concurrency=c, sagas_per_s=tput, ceiling_sagas_per_s=ct,
         ratio=tput / ct if ct else 0.0,
@@ -185,15 +191,20 @@ if "tls_sagas_per_s" in rows[0]:
           " sslmode=verify-full), turns interleaved;")
     print("TLS handshakes per saga during the runs, service to service (client side) and"
           " accepted (server side, saga-bench's own connections included):")
-    print("%4s %9s %8s %8s %9s %8s %8s %6s %11s %11s %11s %11s" % (
+    print("%4s %9s %8s %8s %9s %8s %8s %6s %9s %9s %9s %9s %9s" % (
           "conc", "plain/s", "p50 ms", "p99 ms", "tls/s", "p50 ms", "p99 ms", "tls",
-          "cli full", "cli resumed", "srv full", "srv resumed"))
+          "cli full", "cli res", "srv full", "srv res", "2nd half"))
     for r in rows:
-        print("%4d %9.1f %8.2f %8.2f %9.1f %8.2f %8.2f %5.0f%% %11.4f %11.4f %11.4f %11.4f" % (
+        print("%4d %9.1f %8.2f %8.2f %9.1f %8.2f %8.2f %5.0f%% %9.4f %9.4f %9.4f %9.4f %9.0f" % (
             r["concurrency"], r["sagas_per_s"], r["p50_ms"], r["p99_ms"],
             r["tls_sagas_per_s"], r["tls_p50_ms"], r["tls_p99_ms"], 100 * r["tls_to_plain"],
             r["tls_client_full_per_saga"], r["tls_client_resumed_per_saga"],
-            r["tls_server_full_per_saga"], r["tls_server_resumed_per_saga"]))
+            r["tls_server_full_per_saga"], r["tls_server_resumed_per_saga"],
+            r["tls_second_half_handshakes"]))
+    print("(per saga over whole runs; cli: connections the services made to each other,"
+          " srv: those they accepted, saga-bench's own included; a run starts with the"
+          " connections idle since the last run, longer than HTTP_TIMEOUT_MS, made again."
+          " 2nd half: handshakes of both sides in the runs' second halves, a count)")
     bh = max(rows, key=lambda r: r["sagas_per_s"])
     bt = max(rows, key=lambda r: r["tls_sagas_per_s"])
     print("best tls throughput %.1f sagas/s (concurrency %d) = %.0f%% of the best plain"
