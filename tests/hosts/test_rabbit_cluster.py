@@ -89,21 +89,10 @@ class Cluster:
 
     def start_all(self):
         # the first forms the cluster, the others join it (classic discovery)
-        self.start(0)
-        errs = []
-
-        def one(i):
-            try:
-                self.start(i)
-            except Exception as e:  # noqa: BLE001 - reported below
-                errs.append(str(e))
-        ts = [threading.Thread(target=one, args=(i,)) for i in range(1, NODES)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        if errs:
-            raise RuntimeError("; ".join(errs))
+        # one after the other: two nodes booting at once may each pick the
+        # other, half-started, to join
+        for i in range(NODES):
+            self.start(i)
 
     def kill(self, i):
         self.on(i + 1, NODE, "kill", self.dirs[i])
@@ -238,6 +227,12 @@ def main():
         log("hosts up; starting a %d-node RabbitMQ cluster" % NODES)
         cl.start_all()
         log("cluster up after %.0f s" % (time.monotonic() - t_start))
+        # queues declared before every node has joined get fewer members,
+        # and one node's loss then stops them: the test would measure that
+        formed = wait(lambda: all(len(running_nodes(cl, i)) == NODES for i in range(NODES)),
+                      120, 2)
+        checks.ok(formed, "the %d nodes form one cluster: %r"
+                  % (NODES, [running_nodes(cl, i) for i in range(NODES)]))
         setns("/run/netns/" + cl.run(HOSTS, "ns", cl.hosts, str(APP_HOST)).stdout.strip())
         env = {s: {"TRANSPORT": "amqp", "AMQP_URL": cl.urls()}
                for s in ("orchestrator", "payment", "inventory")}
@@ -247,6 +242,9 @@ def main():
             pids = {s: p.pid for s, p in sy.procs.items()}
             ok = wait(lambda: readyz(sy).get("broker") == "up", 60)
             checks.ok(ok, "the orchestrator connects to the cluster")
+            members = wait(lambda: (lambda m: m if m and all(n == NODES for n in m.values())
+                                    else None)(queue_members(cl)), 60, 1)
+            checks.ok(members, "every queue has a member on each node: %r" % queue_members(cl))
             client = Client(sy)
             client.start()
             try:
@@ -338,12 +336,11 @@ def diagnose(cl, sy):
     print(sy.psql("SELECT state, count(*), min(created_at), max(updated_at) FROM orchestrator.saga_instances"
                   " GROUP BY 1 ORDER BY 2 DESC"), flush=True)
     for s in ("orchestrator", "payment", "inventory"):
-        print(s, "outbox:", sy.psql("SELECT count(*) FILTER (WHERE processed_at IS NULL),"
-                                    " count(*) FILTER (WHERE attempt_count > 0 AND processed_at"
-                                    " IS NULL), max(attempt_count), min(next_attempt_at) FILTER"
-                                    " (WHERE processed_at IS NULL), max(last_error) FROM"
-                                    " %s.outbox_messages"
-                                    % s).strip(), flush=True)
+        print(s, "outbox (destination, pending, attempted, max attempts, next attempt, error):",
+              sy.psql("SELECT destination, count(*), count(*) FILTER (WHERE attempt_count > 0),"
+                      " max(attempt_count), min(next_attempt_at), max(last_error) FROM"
+                      " %s.outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL"
+                      " GROUP BY 1" % s), flush=True)
     for s in sy.ports:
         try:
             r = request(sy.ports[s], "GET", "/metrics", timeout=5)
@@ -351,13 +348,23 @@ def diagnose(cl, sy):
             print(s, "metrics:", e, flush=True)
             continue
         for line in r.body.decode().splitlines():
-            if line.startswith(("saga_amqp_", "saga_broker_", "saga_outbox_", "saga_inbox_")):
+            if line.startswith(("saga_amqp_", "saga_broker_", "saga_outbox_", "saga_inbox_",
+                                             "saga_peer_", "saga_dispatch")):
                 print(s, line, flush=True)
     for i in range(NODES):
         q = cl.ctl(i, "list_queues", "-q", "--no-table-headers", "name", "messages_ready",
-                   "messages_unacknowledged", "consumers", "leader", "online")
+                   "messages_unacknowledged", "consumers", "leader", "members", "online")
         print("node %d queues (rc %d):\n%s%s" % (i + 1, q.returncode, q.stdout, q.stderr),
               flush=True)
+
+
+def queue_members(cl):
+    """{queue: number of members} as node 1 sees them ({} when it can't)."""
+    q = cl.ctl(0, "list_queues", "-q", "--no-table-headers", "name", "members")
+    if q.returncode != 0:
+        return {}
+    return {line.split()[0]: line.count("rabbit@") for line in q.stdout.splitlines()
+            if line.strip()}
 
 
 def running_nodes(cl, i):

@@ -29,8 +29,8 @@
  * the loop as MQ_CONFIRMED with ok set only on the broker's basic.ack of a
  * message that was not returned. A nack, a basic.return, or losing the
  * connection with the message unconfirmed come back with ok false and the
- * reason. A channel that refuses REFUSALS_MAX publishes in a row (mq_link.c)
- * is dropped as a lost connection is. While the broker has blocked the connection (connection.blocked),
+ * reason. NACKS_MAX publishes to one destination nacked in a row (mq_link.c)
+ * drop the connection as a lost one is. While the broker has blocked the connection (connection.blocked),
  * publishes wait on the thread.
  *
  * Deliveries come to the loop as MQ_DELIVERY and are settled with
