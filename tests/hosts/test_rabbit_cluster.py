@@ -11,18 +11,24 @@ services meet on host 4's loopback).
 While a client posts orders without pause and records every 201:
   1. the node the orchestrator is connected to is SIGKILLed, then started
      again;
-  2. the node the orchestrator is connected to then is cut off from the
-     other two nodes for PARTITION_S (30) seconds, then healed.
+  2. the node that leads the queue pgsaga.inventory is SIGKILLed, then
+     started again;
+  3. the node the orchestrator is connected to then is cut off from the
+     other two nodes for PARTITION_S (30) seconds, then healed;
+  4. a rolling restart: each node in turn stopped (gracefully) and started
+     again, the next one only when it is back in the cluster.
 Afterwards: every saga answered 201 is terminal, the audit (sql/audit.sql)
 is clean, no effect ran twice (the audit's checks 4a-4b), no dead letter
 (in the outboxes or in the broker's pgsaga.dead), no service restarted.
 Printed: sagas, the time from the SIGKILL to the orchestrator connected to
 another node and to the first saga completed through the others, inbox
-duplicates absorbed.
+duplicates absorbed, connections replaced because one destination's
+publishes kept being nacked (mq_link.c, NACKS_MAX).
 
 Root only: network namespaces. Everything made is removed at the end, and
 by a watchdog (scripts/hosts watch) when this test is SIGKILLed. Takes
-about 7 minutes on a busy 2-core machine, most of it starting RabbitMQ.
+about 6 minutes on a quiet 2-core machine, 10 on a busy one, most of it
+starting RabbitMQ nodes.
 """
 
 import calendar
@@ -96,6 +102,9 @@ class Cluster:
 
     def kill(self, i):
         self.on(i + 1, NODE, "kill", self.dirs[i])
+
+    def stop(self, i):
+        self.on(i + 1, NODE, "stop", self.dirs[i])
 
     def ctl(self, i, *args):
         return self.on(i + 1, NODE, "ctl", self.dirs[i], *args, check=False)
@@ -298,7 +307,26 @@ def run_faults(cl, sy, client, checks):
               "the restarted node is back in the cluster")
     checks.ok(wait_progress(client, 30, 120), "orders are accepted with the node back")
 
-    # 2. cut the orchestrator's node off from the other two
+    # 2. SIGKILL the node that leads pgsaga.inventory's Raft group
+    leader = queue_leader(cl, "pgsaga.inventory")
+    victim = node_index(cl, leader.split("@", 1)[-1] + ":5672") if leader else None
+    checks.ok(victim is not None, "the leader of pgsaga.inventory is known: %r" % leader)
+    if victim is not None:
+        log("SIGKILL of %s, the leader of pgsaga.inventory" % cl.addrs[victim])
+        wall = time.time()
+        cl.kill(victim)
+        first = wait(lambda: first_completion_after(sy, wall), 120, 0.5)
+        checks.ok(first is not None, "a saga begun after the leader's SIGKILL completes")
+        if first is None:
+            diagnose(cl, sy)
+        log("leader SIGKILL: the first saga begun after it completed %.1f s after it"
+            % (first or -1))
+        cl.start(victim)
+        checks.ok(wait(lambda: len(running_nodes(cl, victim)) == NODES, 180, 2),
+                  "the restarted leader is back in the cluster")
+        checks.ok(wait_progress(client, 30, 120), "orders are accepted with the leader back")
+
+    # 3. cut the orchestrator's node off from the other two
     node = readyz(sy).get("brokerNode")
     cut = node_index(cl, node)
     cut = cut if cut is not None else 0
@@ -328,6 +356,34 @@ def run_faults(cl, sy, client, checks):
     checks.ok(wait(lambda: len(running_nodes(cl, cut)) == NODES, 180, 2),
               "the cut-off node is back in the cluster after the heal")
     checks.ok(wait_progress(client, 30, 120), "orders are accepted after the heal")
+
+    # 4. a rolling restart
+    t3 = time.monotonic()
+    for i in range(NODES):
+        log("rolling restart: stopping %s" % cl.addrs[i])
+        cl.stop(i)
+        checks.ok(wait_progress(client, 10, 120), "orders are accepted with %s stopped"
+                  % cl.addrs[i])
+        cl.start(i)
+        checks.ok(wait(lambda: len(running_nodes(cl, i)) == NODES, 180, 2),
+                  "%s is back in the cluster" % cl.addrs[i])
+    wall = time.time()
+    first = wait(lambda: first_completion_after(sy, wall), 120, 0.5)
+    checks.ok(first is not None, "a saga begun after the rolling restart completes")
+    if first is None:
+        diagnose(cl, sy)
+    log("rolling restart done in %.0f s" % (time.monotonic() - t3))
+
+
+def queue_leader(cl, name):
+    """The node (rabbit@address) leading queue name, or None."""
+    for i in range(NODES):
+        q = cl.ctl(i, "list_queues", "-q", "--no-table-headers", "name", "leader")
+        for line in q.stdout.splitlines() if q.returncode == 0 else []:
+            f = line.split()
+            if len(f) == 2 and f[0] == name:
+                return f[1]
+    return None
 
 
 def diagnose(cl, sy):
@@ -394,6 +450,15 @@ def link_event(sy, s, what, after):
     return None
 
 
+def link_events(sy, s, what):
+    """How many "amqp: " lines of service s contain what."""
+    try:
+        with open(sy.log_path(s), encoding="utf-8", errors="replace") as f:
+            return sum(1 for line in f if '"amqp: ' in line and what in line)
+    except OSError:
+        return 0
+
+
 def amqp_log(sy):
     """What the links said: when each lost its node and where it went."""
     for s in sy.ports:
@@ -445,10 +510,12 @@ def verify(cl, sy, client, pids, checks):
     for s, p in sy.procs.items():
         checks.ok(p.poll() is None and p.pid == pids[s], "saga-%s never restarted" % s)
     dups = metric_sum(sy, "saga_inbox_duplicates_total")
+    replaced = sum(link_events(sy, s, "in a row nacked") for s in sy.ports)
     log("RESULT sagas=%d completed=%d other-answers=%d inbox-duplicates-absorbed=%.0f"
-        % (len(ids), completed, client.errors, dups))
+        " connections-replaced-for-nacks=%d"
+        % (len(ids), completed, client.errors, dups, replaced))
     print(json.dumps({"sagas": len(ids), "completed": completed, "errors": client.errors,
-                      "inbox_duplicates": dups}), flush=True)
+                      "inbox_duplicates": dups, "replaced_for_nacks": replaced}), flush=True)
 
 
 if __name__ == "__main__":
