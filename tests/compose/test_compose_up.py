@@ -46,7 +46,9 @@ health check reaches over HTTPS only. Then an order of A001 ends `Completed`,
 placed and followed over HTTPS with a client certificate, verified against
 the run's CA with 127.0.0.1 as the host name; the orchestrator's metrics
 count client handshakes (it called its peers over https://); a plain HTTP
-request to the published port gets no HTTP answer; an internal endpoint with
+request to the published port gets no HTTP answer; from the orchestrator's
+container, payment's and inventory's /readyz answer the health check over
+HTTPS and not over plain HTTP; an internal endpoint with
 the right bearer token but no client certificate is `403
 client_certificate_required`; PostgreSQL refuses `sslmode=disable` ("no
 pg_hba.conf entry ... no encryption") from the compose network, accepts
