@@ -52,6 +52,7 @@ struct mq_link {
 	struct settle *settles;
 	size_t nsettles, settles_cap;
 	bool stopping, pause_consuming;
+	bool reload_tls; /* SIGHUP: read the TLS files again */
 
 	/* the thread's own */
 	struct mq_nodes nodes;
@@ -65,6 +66,8 @@ struct mq_link {
 	char service[32], queue[48];
 	char **queues;
 	char *tls_ca, *tls_cert, *tls_key; /* NULL: unset */
+	SSL_CTX *tls;        /* amqps: the files as they last loaded, NULL: never */
+	char tls_err[400];   /* why they last did not, as logged; "" */
 	int prefetch, window;
 	amqp_connection_state_t conn;
 	uint64_t generation, seq;
@@ -176,6 +179,14 @@ void mq_link_settle(struct mq_link *l, uint64_t generation, uint64_t tag, enum m
 	signal_fd(l->wake_fd);
 }
 
+void mq_link_reload_tls(struct mq_link *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->reload_tls = true;
+	pthread_mutex_unlock(&l->mu);
+	signal_fd(l->wake_fd);
+}
+
 void mq_link_pause_consuming(struct mq_link *l)
 {
 	pthread_mutex_lock(&l->mu);
@@ -219,16 +230,45 @@ static void thread_confirm(struct mq_link *l, struct mq_msg *m, bool ok, const c
 	thread_to_loop(l, m);
 }
 
+/*
+ * amqps: reads the TLS files again (at every connection attempt, and at once
+ * on SIGHUP). When they do not load, the last set that did stays in use and
+ * the reason is logged at level error (at each SIGHUP, and once per new
+ * reason otherwise: a link that cannot connect tries again and again). false:
+ * nothing has ever loaded; the reason is in why.
+ */
+static bool thread_load_tls(struct mq_link *l, bool hup)
+{
+	char err[sizeof(l->tls_err)];
+	SSL_CTX *t = mq_tls_load(l->tls_ca, l->tls_cert, l->tls_key, err, sizeof(err));
+
+	if (t) {
+		SSL_CTX_free(l->tls);
+		l->tls = t;
+		if (hup || l->tls_err[0])
+			log_info("amqp: TLS files reloaded: new broker connections use them");
+		l->tls_err[0] = '\0';
+		return true;
+	}
+	if (l->tls && (hup || strcmp(err, l->tls_err) != 0))
+		log_error("amqp: TLS files not reloaded, the old ones stay in use: %s", err);
+	snprintf(l->tls_err, sizeof(l->tls_err), "%s", err);
+	if (!l->tls)
+		snprintf(l->why, sizeof(l->why), "%.*s", (int)sizeof(l->why) - 1, err);
+	return l->tls != NULL;
+}
+
 static void thread_connect(struct mq_link *l, bool consume)
 {
-	const struct mq_setup setup = { &l->nodes.ci[l->node], l->service,
-					(const char *const *)l->queues, l->prefetch,
-					consume ? l->queue : NULL,
-					l->tls_ca, l->tls_cert, l->tls_key,
-					mq_nodes_group_size(&l->nodes) };
+	struct mq_setup setup = { &l->nodes.ci[l->node], l->service,
+				  (const char *const *)l->queues, l->prefetch,
+				  consume ? l->queue : NULL, NULL, mq_nodes_group_size(&l->nodes) };
 
 	l->why[0] = '\0';
-	l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
+	if (!l->nodes.ci[l->node].ssl || thread_load_tls(l, false)) {
+		setup.tls = l->tls;
+		l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
+	}
 	if (l->conn) {
 		l->consuming = consume;
 		l->generation++;
@@ -592,12 +632,14 @@ static void *thread_main(void *arg)
 	for (;;) {
 		struct settle *s;
 		size_t ns;
-		bool stopping, pause;
+		bool stopping, pause, reload;
 		struct mq_msg *m;
 
 		pthread_mutex_lock(&l->mu);
 		stopping = l->stopping;
 		pause = l->pause_consuming;
+		reload = l->reload_tls;
+		l->reload_tls = false;
 		while ((m = pop(&l->pub_head, &l->pub_tail)) != NULL)
 			append(&l->wait_head, &l->wait_tail, m);
 		s = l->settles;
@@ -606,6 +648,8 @@ static void *thread_main(void *arg)
 		l->nsettles = l->settles_cap = 0;
 		pthread_mutex_unlock(&l->mu);
 
+		if (reload && l->tls) /* amqps, loaded once: else the next attempt loads */
+			thread_load_tls(l, true);
 		if (!l->conn && !stopping && mono_ms() >= l->next_connect_ms)
 			thread_connect(l, !pause);
 		if (l->conn && pause && l->consuming) {
@@ -633,6 +677,7 @@ static void *thread_main(void *arg)
 		thread_confirm(l, pop(&l->unconf_head, &l->unconf_tail), false, "shutting down");
 	while (l->wait_head)
 		thread_confirm(l, pop(&l->wait_head, &l->wait_tail), false, "shutting down");
+	SSL_CTX_free(l->tls);
 	return NULL;
 }
 

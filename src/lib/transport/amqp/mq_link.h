@@ -120,6 +120,14 @@ void mq_link_settle(struct mq_link *l, uint64_t generation, uint64_t tag, enum m
 void mq_link_pause_consuming(struct mq_link *l);
 
 /*
+ * SIGHUP: the thread reads the TLS files again now (it does at every
+ * connection attempt too), for the connections it makes next; the one open
+ * stays. Files that do not load leave the last ones that did in use, logged
+ * at level error with the file's name.
+ */
+void mq_link_reload_tls(struct mq_link *l);
+
+/*
  * Closes the connection once nothing waits to be sent or settled (or at
  * once when the broker is gone), joins the thread and frees everything;
  * records not yet taken are freed unread.
