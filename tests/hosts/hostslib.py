@@ -61,13 +61,15 @@ def wait(cond, timeout, step=0.1):
 class Client:
     """Posts orders from a few threads until stopped. Records every 201
     (sagaId -> monotonic time of the answer), the (begun, answered) times of
-    each, and the monotonic times of the other answers (errors)."""
+    each, and the monotonic times and statuses of the other answers
+    (errors; status 0 when none came)."""
 
     def __init__(self, sy, threads=3):
         self.sy = sy
         self.accepted = {}
         self.spans = []
         self.error_times = []
+        self.statuses = {}  # status of the answers other than 201 (0: none)
         self.mu = threading.Lock()
         self.stopping = threading.Event()
         self.threads = [threading.Thread(target=self.loop, args=(k,)) for k in range(threads)]
@@ -94,6 +96,8 @@ class Client:
                     self.spans.append((begun, now))
                 else:
                     self.error_times.append(now)
+                    code = r.status if r is not None else 0
+                    self.statuses[code] = self.statuses.get(code, 0) + 1
             time.sleep(0.05)
 
     def start(self):

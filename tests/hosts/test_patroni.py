@@ -223,8 +223,8 @@ def main():
                 run_faults(cl, sy, client, checks, results)
             finally:
                 client.stop()
-            log("client stopped: %d sagas answered 201, %d other answers"
-                % (len(client.accepted), client.errors))
+            log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
+                % (len(client.accepted), client.errors, client.statuses))
             verify(cl, sy, client, pids, checks, results)
             print(cl.ctl(0, "history").stdout, flush=True)
     finally:
