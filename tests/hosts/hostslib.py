@@ -113,19 +113,13 @@ class Client:
         with self.mu:
             return len(self.accepted)
 
-    def first_after(self, t0):
-        """Seconds from t0 to the answer of the first 201 to a request begun
-        after t0, or None."""
-        with self.mu:
-            ends = [e for b, e in self.spans if b >= t0]
-        return min(ends) - t0 if ends else None
-
     def longest_gap(self, t0, t1):
-        """The longest stretch of [t0, t1] without a 201 answered."""
+        """The longest stretch of [t0, t1] without a 201 answered, as
+        (seconds, monotonic time of the 201 that ended it)."""
         with self.mu:
             ends = sorted(e for _, e in self.spans if t0 <= e <= t1)
         marks = [t0] + ends + [t1]
-        return max(b - a for a, b in zip(marks, marks[1:]))
+        return max((b - a, b) for a, b in zip(marks, marks[1:]))
 
     def errors_between(self, t0, t1):
         with self.mu:
