@@ -5,7 +5,8 @@
 #
 # Stage 1 builds with meson on Debian bookworm. Stage 2 is bookworm-slim with
 # only the runtime libraries (libpq5, libevent-2.1-7, libevent-openssl-2.1-7,
-# libssl3, libjson-c5, librabbitmq4), the three binaries and a health check script, run as an
+# libssl3, libjson-c5, librabbitmq4), the openssl command (the health check
+# over HTTPS), the three binaries and a health check script, run as an
 # unprivileged user.
 # Migrations are compiled into the binaries, so nothing else is copied.
 
@@ -47,7 +48,7 @@ FROM debian:bookworm-slim
 
 RUN apt-get update \
 	&& apt-get install -y --no-install-recommends libpq5 libevent-2.1-7 libevent-openssl-2.1-7 libssl3 \
-		libjson-c5 librabbitmq4 \
+		libjson-c5 librabbitmq4 openssl \
 	&& rm -rf /var/lib/apt/lists/* \
 	&& groupadd --system --gid 10001 saga \
 	&& useradd --system --uid 10001 --gid saga --no-create-home \
@@ -55,7 +56,9 @@ RUN apt-get update \
 
 COPY --from=build /out/ /usr/local/bin/
 # bookworm-slim has no curl or wget: the health check is a few lines of bash
-# speaking HTTP/1.0 over /dev/tcp (see the script).
+# speaking HTTP/1.0 over /dev/tcp, or through `openssl s_client` when the
+# service has TLS_CERT_FILE (see the script; the openssl package is ~2 MB on
+# top of the libssl3 the services link anyway).
 COPY docker/healthcheck.sh /usr/local/bin/saga-healthcheck
 RUN chmod 0755 /usr/local/bin/saga-healthcheck
 

@@ -6,9 +6,10 @@ the CSV and the gnuplot input (plot.dat, one block per series).
     bench/report.py RESULTS_DIR CSV "CONCURRENCIES" ROUNDS
 
 RESULTS_DIR holds, per series and concurrency, saga-bench's JSON summaries
-(pgsaga-cC[-rR].json, amqp-...), pgbench's output and per-transaction logs
+(pgsaga-cC[-rR].json, amqp-..., tls-...), pgbench's output and per-transaction logs
 (ceiling-cC-rR.txt, ceiling/cC-rR*, notify-..., minimal-...), the WAL of each
-run ("records fpi bytes" lines, *.wal), env.txt, rss.txt, the wake-up runs and
+run ("records fpi bytes" lines, *.wal), the tls series' TLS handshake
+counters before and after each run (tls-cC-rR.hs), env.txt, rss.txt, the wake-up runs and
 the WAL phase (wal-*.wal). docs/performance.md explains the figures.
 """
 import glob, json, os, re, sys
@@ -87,6 +88,33 @@ for c in concs:
         a = dict(amqp_sagas_per_s=at, amqp_p50_ms=ae["p50"], amqp_p99_ms=ae["p99"],
                  amqp_to_http=at / tput if tput else 0.0,
                  amqp_wal_bytes_per_saga=apw[0])
+    if os.path.exists(f"{out}/tls-c{c}.json"):
+        tp = [json.load(open(f"{out}/tls-c{c}-r{r}.json")) for r in range(1, rounds + 1)]
+        tspan = sum(p["span_s"] or 0 for p in tp)
+        te = json.load(open(f"{out}/tls-c{c}.json"))["e2e_ms"]
+        tn = sum(p["terminal"] for p in tp)
+        tt = tn / tspan if tspan else 0.0
+        # handshakes during the runs: after - before (lines: before,
+        # [half-way,] after); the server side less the later scrapes' own
+        # connections, one to each of the three services per scrape
+        hs = [0, 0, 0, 0]
+        half = 0   # the second halves': both sides, all full or resumed
+        for r in range(1, rounds + 1):
+            v = [[int(x) for x in line.split()] for line in open(f"{out}/tls-c{c}-r{r}.hs")]
+            hs = [h + y - x for h, x, y in zip(hs, v[0], v[-1])]
+            hs[2] -= 3 * (len(v) - 1)
+            if len(v) == 3 and half is not None:
+                half += sum(y - x for x, y in zip(v[1], v[2])) - 3
+            else:
+                half = None
+        a.update(tls_sagas_per_s=tt, tls_p50_ms=te["p50"], tls_p99_ms=te["p99"],
+                 tls_to_plain=tt / tput if tput else 0.0,
+                 tls_post_p50_ms=median(p["post"]["p50"] for p in tp),
+                 tls_client_full_per_saga=hs[0] / tn if tn else float("nan"),
+                 tls_client_resumed_per_saga=hs[1] / tn if tn else float("nan"),
+                 tls_server_full_per_saga=hs[2] / tn if tn else float("nan"),
+                 tls_server_resumed_per_saga=hs[3] / tn if tn else float("nan"),
+                 tls_second_half_handshakes=half if half is not None else float("nan"))
     rows.append(dict(
         concurrency=c, sagas_per_s=tput, ceiling_sagas_per_s=ct,
         ratio=tput / ct if ct else 0.0,
@@ -113,7 +141,8 @@ with open(f"{out}/plot.dat", "w") as f:
                            ("ceiling", "ceiling_sagas_per_s", "ceiling_p99_ms"),
                            ("notify", "notify_sagas_per_s", "notify_p99_ms"),
                            ("minimal", "minimal_sagas_per_s", "minimal_p99_ms"),
-                           ("amqp", "amqp_sagas_per_s", "amqp_p99_ms")):
+                           ("amqp", "amqp_sagas_per_s", "amqp_p99_ms"),
+                           ("tls", "tls_sagas_per_s", "tls_p99_ms")):
         f.write(f"# {key}\n")
         for r in rows:
             if tput not in r:
@@ -156,6 +185,37 @@ if "amqp_sagas_per_s" in rows[0]:
               ba["amqp_sagas_per_s"], ba["concurrency"],
               100 * ba["amqp_sagas_per_s"] / bh["sagas_per_s"], bh["sagas_per_s"],
               bh["concurrency"]))
+if "tls_sagas_per_s" in rows[0]:
+    print()
+    print("plain and every hop on TLS (HTTPS with client certificates, PostgreSQL"
+          " sslmode=verify-full), turns interleaved;")
+    print("TLS handshakes per saga during the runs, service to service (client side) and"
+          " accepted (server side, saga-bench's own connections included):")
+    print("%4s %9s %8s %8s %9s %8s %8s %6s %9s %9s %9s %9s %9s" % (
+          "conc", "plain/s", "p50 ms", "p99 ms", "tls/s", "p50 ms", "p99 ms", "tls",
+          "cli full", "cli res", "srv full", "srv res", "2nd half"))
+    for r in rows:
+        print("%4d %9.1f %8.2f %8.2f %9.1f %8.2f %8.2f %5.0f%% %9.4f %9.4f %9.4f %9.4f %9.0f" % (
+            r["concurrency"], r["sagas_per_s"], r["p50_ms"], r["p99_ms"],
+            r["tls_sagas_per_s"], r["tls_p50_ms"], r["tls_p99_ms"], 100 * r["tls_to_plain"],
+            r["tls_client_full_per_saga"], r["tls_client_resumed_per_saga"],
+            r["tls_server_full_per_saga"], r["tls_server_resumed_per_saga"],
+            r["tls_second_half_handshakes"]))
+    print("(per saga over whole runs; cli: connections the services made to each other,"
+          " srv: those they accepted, saga-bench's own included; a run starts with the"
+          " connections idle since the last run, longer than HTTP_TIMEOUT_MS, made again."
+          " 2nd half: handshakes of both sides in the runs' second halves, a count)")
+    bh = max(rows, key=lambda r: r["sagas_per_s"])
+    bt = max(rows, key=lambda r: r["tls_sagas_per_s"])
+    print("best tls throughput %.1f sagas/s (concurrency %d) = %.0f%% of the best plain"
+          " %.1f sagas/s (concurrency %d) (target >= 85%%); at concurrency %d tls does"
+          " %.0f%% of plain" % (
+              bt["tls_sagas_per_s"], bt["concurrency"],
+              100 * bt["tls_sagas_per_s"] / bh["sagas_per_s"], bh["sagas_per_s"],
+              bh["concurrency"], bh["concurrency"], 100 * bh["tls_to_plain"]))
+    t1 = [r for r in rows if r["concurrency"] == min(concs)][0]
+    print("concurrency %d: tls e2e p50 %.2f ms = %.2f x plain's %.2f ms (target <= 1.3x)" % (
+        t1["concurrency"], t1["tls_p50_ms"], t1["tls_p50_ms"] / t1["p50_ms"], t1["p50_ms"]))
 best = max(rows, key=lambda r: r["sagas_per_s"])
 print()
 print("best pgsaga throughput: %.1f sagas/s at concurrency %d = %.0f%% of the ceiling there"
@@ -196,6 +256,9 @@ print()
 src = wake("in-process", f"{out}/pgsaga-c{min(concs)}.json",
            ("PayCommand", "PaymentSucceeded", "ReserveInventoryCommand", "InventoryReserved"))
 wake("NOTIFY", f"{out}/notify-wake.json", ("PayCommand",))
+if os.path.exists(f"{out}/tls-c{min(concs)}.json"):
+    wake("tls", f"{out}/tls-c{min(concs)}.json",
+         ("PayCommand", "PaymentSucceeded", "ReserveInventoryCommand", "InventoryReserved"))
 if os.path.exists(f"{out}/amqp-c{min(concs)}.json"):
     wake("amqp", f"{out}/amqp-c{min(concs)}.json",
          ("PayCommand", "PaymentSucceeded", "ReserveInventoryCommand", "InventoryReserved"))

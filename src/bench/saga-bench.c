@@ -77,6 +77,7 @@
 
 #include "backoff.h"
 #include "jsonx.h"
+#include "tls.h"
 #include "uuid.h"
 #include "version.h"
 
@@ -86,6 +87,7 @@
 
 static struct {
 	const char *url, *db_url, *admin_url, *prefix, *analyze, *since;
+	const char *cacert, *cert, *key; /* https: TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE */
 	int concurrency, customers, items, qty, max_conns, lease_ms;
 	double rate, duration, poll_ms, wait_s;
 	long long count, amount;
@@ -109,7 +111,11 @@ static void usage(FILE *out)
 		"usage: saga-bench [options]\n"
 		"Load: --concurrency N (closed loop) or --rate R (open loop, orders/s),\n"
 		"      for --count N orders or --duration S seconds.\n"
-		"  --url URL          orchestrator base URL (%s)\n"
+		"  --url URL          orchestrator base URL (%s); https:// verifies the\n"
+		"                     orchestrator with --cacert (else the system's CAs)\n"
+		"  --cacert FILE      https: the CA certificates to verify the orchestrator with\n"
+		"  --cert FILE --key FILE\n"
+		"                     https: a client certificate to present\n"
 		"  --db-url URL       libpq URL as saga_auditor (required; or SAGA_BENCH_DB_URL)\n"
 		"  --admin-url URL    superuser URL: seed the --items items with ample stock first\n"
 		"  --customers N      customers to spread orders over (%d)\n"
@@ -274,6 +280,8 @@ static struct {
 	struct evhttp_uri *uri;
 	const char *host;
 	int port;
+	struct tls *tls;             /* https: else NULL */
+	struct tls_cache *tls_cache; /* the session the connections resume */
 	char hosthdr[300];
 	char token[9];
 	struct conn *conns;
@@ -542,7 +550,17 @@ static struct conn *conn_add(int slot)
 {
 	struct conn *c = &L.conns[L.nconns++];
 
-	c->evcon = evhttp_connection_base_new(L.base, NULL, L.host, (unsigned short)L.port);
+	if (L.tls) {
+		/* one session cache for all: the connections after the first resume */
+		struct bufferevent *bev = tls_connect_bev(L.tls, L.base, L.host, L.tls_cache);
+
+		if (!bev)
+			die("cannot create a TLS connection to %s", S.url);
+		c->evcon = evhttp_connection_base_bufferevent_new(L.base, NULL, bev, L.host,
+								  (unsigned short)L.port);
+	} else {
+		c->evcon = evhttp_connection_base_new(L.base, NULL, L.host, (unsigned short)L.port);
+	}
 	if (!c->evcon)
 		die("cannot create a connection to %s", S.url);
 	evhttp_connection_set_timeout(c->evcon, 60);
@@ -634,7 +652,15 @@ static void run_load(void)
 	if (!L.uri || !evhttp_uri_get_host(L.uri))
 		die("bad --url %s", S.url);
 	L.host = evhttp_uri_get_host(L.uri);
-	L.port = evhttp_uri_get_port(L.uri) > 0 ? evhttp_uri_get_port(L.uri) : 80;
+	if (evhttp_uri_get_scheme(L.uri) && !strcmp(evhttp_uri_get_scheme(L.uri), "https")) {
+		struct tls_files f = { .cert = S.cert, .key = S.key, .ca = S.cacert };
+		char err[256];
+
+		if (!(L.tls = tls_new(&f, err, sizeof(err))))
+			die("%s", err);
+		L.tls_cache = tls_cache_new();
+	}
+	L.port = evhttp_uri_get_port(L.uri) > 0 ? evhttp_uri_get_port(L.uri) : L.tls ? 443 : 80;
 	snprintf(L.hosthdr, sizeof(L.hosthdr), "%s:%d", L.host, L.port);
 	L.conns = calloc(MAX_SLOTS, sizeof(*L.conns));
 	L.inflight = calloc(MAX_SLOTS, sizeof(*L.inflight));
@@ -696,6 +722,8 @@ static void run_load(void)
 		L.post_end = now_s();
 	for (int i = 0; i < L.nconns; i++)
 		evhttp_connection_free(L.conns[i].evcon);
+	tls_cache_free(L.tls_cache); /* after the connections that fill it */
+	tls_free(L.tls);
 	if (L.poll) {
 		event_free(L.poll_rd);
 		event_free(L.poll_timer);
@@ -935,6 +963,9 @@ static void parse_args(int argc, char **argv)
 	static const struct option opts[] = {
 		{ "url", required_argument, NULL, 'u' },
 		{ "db-url", required_argument, NULL, 'd' },
+		{ "cacert", required_argument, NULL, 'K' },
+		{ "cert", required_argument, NULL, 'E' },
+		{ "key", required_argument, NULL, 'Y' },
 		{ "admin-url", required_argument, NULL, 'A' },
 		{ "concurrency", required_argument, NULL, 'c' },
 		{ "rate", required_argument, NULL, 'R' },
@@ -964,6 +995,9 @@ static void parse_args(int argc, char **argv)
 		switch (ch) {
 		case 'u': S.url = optarg; break;
 		case 'd': S.db_url = optarg; break;
+		case 'K': S.cacert = optarg; break;
+		case 'E': S.cert = optarg; break;
+		case 'Y': S.key = optarg; break;
 		case 'A': S.admin_url = optarg; break;
 		case 'c': S.concurrency = atoi(optarg); break;
 		case 'R': S.rate = atof(optarg); break;

@@ -37,14 +37,35 @@ of A001 ends `Completed` and one of B001 `Compensated`, the orchestrator's
 metrics count confirmed publishes and acked deliveries, and the broker holds
 the queues pgsaga.orchestrator, pgsaga.payment and pgsaga.inventory.
 
+With `--tls` (README, "TLS in containers"), steps 1-3 and 6 with the override
+docker-compose.tls.yml: scripts/compose-certs makes the CA and certificates
+in a directory of this run's own (PGSAGA_TLS_DIR), `docker compose -f
+docker-compose.yml -f docker-compose.tls.yml up --build -d` (the image the
+other runs build: cached), and every container healthy, which the services'
+health check reaches over HTTPS only. Then an order of A001 ends `Completed`,
+placed and followed over HTTPS with a client certificate, verified against
+the run's CA with 127.0.0.1 as the host name; the orchestrator's metrics
+count client handshakes (it called its peers over https://); a plain HTTP
+request to the published port gets no HTTP answer; from the orchestrator's
+container, payment's and inventory's /readyz answer the health check over
+HTTPS and not over plain HTTP; an internal endpoint with
+the right bearer token but no client certificate is `403
+client_certificate_required`; PostgreSQL refuses `sslmode=disable` ("no
+pg_hba.conf entry ... no encryption") from the compose network, accepts
+`sslmode=verify-full` against the CA by its service name, and every session
+of the three services' roles is over TLS (pg_stat_ssl).
+
 Standard library only; Debian's /usr/bin/python3.
 """
 
+import http.client as httpclient
 import json
 import os
 import re
 import shlex
 import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -52,10 +73,11 @@ import time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from opslib import SRC, Checks, die, free_port, request  # noqa: E402
+from opslib import SRC, Checks, Response, die, free_port, request  # noqa: E402
 
 checks = Checks("compose-up")
 COMPOSE_FILE = os.path.join(SRC, "docker-compose.yml")
+TLS_COMPOSE_FILE = os.path.join(SRC, "docker-compose.tls.yml")
 PROJECT = "pgsagatest%d" % os.getpid()
 BASE_IMAGES = ("debian:bookworm", "debian:bookworm-slim", "postgres:15-bookworm")
 RABBITMQ_IMAGE = "rabbitmq:3.10-management"
@@ -176,12 +198,17 @@ def compose_base():
 
 
 class Stack:
-    def __init__(self, port, profiles=(), transport="http"):
-        self.cmd = compose_base() + ["-p", PROJECT, "-f", COMPOSE_FILE,
-                                     "--project-directory", SRC]
+    def __init__(self, port, profiles=(), transport="http", tls_dir=None):
+        self.cmd = compose_base() + ["-p", PROJECT, "-f", COMPOSE_FILE]
+        if tls_dir:
+            self.cmd += ["-f", TLS_COMPOSE_FILE]
+        self.cmd += ["--project-directory", SRC]
         for p in profiles:
             self.cmd += ["--profile", p]
         self.env = dict(os.environ, ORCHESTRATOR_PORT=str(port), TRANSPORT=transport)
+        self.env.pop("PGSAGA_TLS_DIR", None)
+        if tls_dir:
+            self.env["PGSAGA_TLS_DIR"] = tls_dir
         self.env.pop("COMPOSE_PROJECT_NAME", None)
         self.env.pop("COMPOSE_FILE", None)
         self.port = port
@@ -236,6 +263,19 @@ class Stack:
 
     def exec_argv(self, service, *argv):
         return self.cmd + ["exec", "-T", service] + list(argv)
+
+    def docker_exec(self, service, *argv, env=None):
+        """argv in service's container by `docker exec`: what `compose exec`
+        does, without the seconds docker-compose v1 takes to start."""
+        ids = run(["docker", "ps", "-q", "--filter", "label=com.docker.compose.project=" + PROJECT,
+                   "--filter", "label=com.docker.compose.service=" + service], 30,
+                  quiet=True).stdout.split()
+        if len(ids) != 1:
+            die("service %s: containers %r" % (service, ids))
+        cmd = ["docker", "exec"]
+        for k, v in (env or {}).items():
+            cmd += ["-e", "%s=%s" % (k, v)]
+        return run(cmd + [ids[0]] + list(argv), 60)
 
     def containers(self):
         """service -> (status, health, exit code) of the project's containers."""
@@ -555,20 +595,165 @@ def amqp_run(stack, services, timings):
     timings["orders over amqp"] = time.monotonic() - t
 
 
+class HTTPS:
+    """Requests to the published port over HTTPS: the run's CA verifies the
+    server (host name 127.0.0.1, which its certificate carries), and the
+    client certificate is the run's `tester` one unless cert=False."""
+
+    def __init__(self, port, tls_dir):
+        self.port = port
+        self.with_cert = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.crt"))
+        self.with_cert.load_cert_chain(os.path.join(tls_dir, "tester.crt"),
+                                       os.path.join(tls_dir, "tester.key"))
+        self.without_cert = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.crt"))
+
+    def request(self, method, path, body=None, headers=None, cert=True, timeout=15):
+        h = dict(headers or {})
+        if body is not None:
+            body = json.dumps(body).encode("utf-8")
+            h.setdefault("Content-Type", "application/json")
+        conn = httpclient.HTTPSConnection(
+            "127.0.0.1", self.port, timeout=timeout,
+            context=self.with_cert if cert else self.without_cert)
+        try:
+            conn.request(method, path, body=body, headers=h)
+            r = conn.getresponse()
+            data = r.read()
+            return Response(r.status, {k.lower(): v for k, v in r.getheaders()}, data)
+        except (OSError, httpclient.HTTPException) as e:
+            return Response(0, {"error": repr(e)}, b"")
+        finally:
+            conn.close()
+
+
+def plain_answer(port):
+    """What a plain-text HTTP request to port gets back: the bytes, up to
+    4 kB, until the server closes the connection (or 10 s pass); None when
+    the connection could not be made at all."""
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    except OSError:
+        return None
+    got = b""
+    with s:
+        try:
+            s.sendall(b"GET /readyz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            while len(got) < 4096:
+                c = s.recv(4096)
+                if not c:
+                    break
+                got += c
+        except OSError:
+            pass
+    return got
+
+
+def make_certs(tls_dir):
+    """The CA and certificates of docker-compose.tls.yml, by the script the
+    README gives, and a client certificate of the test's own."""
+    must([os.path.join(SRC, "scripts", "compose-certs"), tls_dir], 60)
+    must([os.path.join(SRC, "scripts", "certs"), "issue", tls_dir, "tester"], 60)
+
+
+def tls_run(stack, tls_dir, timings):
+    """The tls override: HTTPS only with client certificates, the peers
+    over https://, PostgreSQL TLS only."""
+    t = time.monotonic()
+    https = HTTPS(stack.port, tls_dir)
+    # payment and inventory, not published, on the compose network: their
+    # health check's HTTPS request answers, its plain one does not
+    for s, port in (("payment", 8081), ("inventory", 8082)):
+        addr = {"LISTEN_ADDR": "%s:%d" % (s, port)}
+        r = stack.docker_exec("orchestrator", "saga-healthcheck", env=addr)
+        checks.ok(r.returncode == 0, "%s answers GET /readyz over HTTPS from the orchestrator's"
+                  " container (exit %d %r)" % (s, r.returncode, r.stdout[-300:]))
+        r = stack.docker_exec("orchestrator", "env", "-u", "TLS_CERT_FILE", "saga-healthcheck",
+                              env=addr)
+        checks.ok(r.returncode == 1, "%s gives plain HTTP no answer (health check exit %d)"
+                  % (s, r.returncode))
+    r = https.request("POST", "/orders",
+                      body={"customerId": "c-tls", "itemId": "A001", "qty": 1, "amount": 100},
+                      headers={"Idempotency-Key": "compose-tls-A001"})
+    state = None
+    if checks.ok(r.status == 201, "an order over HTTPS with a client certificate: %r %s"
+                 % (r, r.headers.get("error", ""))):
+        saga = r.json()["sagaId"]
+        deadline = time.monotonic() + 90
+        while True:
+            final = https.request("GET", "/orders/" + saga)
+            state = final.json().get("state") if final.status == 200 else None
+            if state in TERMINAL or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        checks.ok(state == "Completed", "the order over HTTPS: %s, want Completed (%r)"
+                  % (state, final))
+        checks.ok(final.header("Strict-Transport-Security") is not None,
+                  "answers over HTTPS carry Strict-Transport-Security (%r)" % final.headers)
+    # the orchestrator called payment and inventory over https://
+    text = https.request("GET", "/metrics").body.decode("utf-8", "replace")
+    client = sum(int(n) for n in re.findall(
+        r'^saga_tls_handshakes_total\{[^}]*side="client"[^}]*\} (\d+)', text, re.M))
+    checks.ok(client > 0, "orchestrator made TLS client handshakes to its peers: %d" % client)
+    # clear text gets no HTTP answer
+    got = plain_answer(stack.port)
+    checks.ok(got is not None and re.match(rb"HTTP/1\.[01] \d{3}", got) is None,
+              "plain HTTP to the published port: connected, no HTTP answer (%r)"
+              % (got if got is None else got[:80]))
+    # the internal endpoints need a client certificate, after the token
+    token = stack.env.get("INTERNAL_TOKEN") or "pgsaga-local-internal-token"
+    auth = {"Authorization": "Bearer " + token}
+    r = https.request("POST", "/events/NoSuchEvent", body={}, headers=auth, cert=False)
+    checks.ok(r.status == 403 and b"client_certificate_required" in r.body,
+              "an internal endpoint without a client certificate: 403 (%r)" % r)
+    r = https.request("POST", "/events/NoSuchEvent", body={}, headers=auth)
+    checks.ok(r.status not in (0, 401, 403),
+              "the same with the client certificate gets past the check (%r)" % r)
+    # PostgreSQL: TLS only, from the compose network by its service name
+    auditor = {"PGPASSWORD": stack.env.get("AUDITOR_DB_PASSWORD") or "pgsaga-local-auditor"}
+    conn = "host=postgres port=5432 dbname=pgsaga user=saga_auditor "
+
+    def psql(sslmode, sql):
+        return stack.docker_exec("postgres", "psql", "-X", "-Atc", sql, conn + sslmode,
+                                 env=auditor)
+
+    r = psql("sslmode=disable", "select 1")
+    checks.ok(r.returncode != 0 and "no encryption" in r.stdout,
+              "PostgreSQL refuses sslmode=disable: exit %d, %r" % (r.returncode, r.stdout[-300:]))
+    r = psql("sslmode=verify-full sslrootcert=/run/secrets/ca.crt",
+             "select ssl from pg_stat_ssl where pid = pg_backend_pid()")
+    checks.ok(r.returncode == 0 and r.stdout.strip() == "t",
+              "PostgreSQL accepts sslmode=verify-full by its service name: %r" % r.stdout[-300:])
+    r = stack.docker_exec("postgres", "psql", "-X", "-U", "postgres", "-d", "pgsaga", "-Atc",
+                          "select a.usename, s.ssl from pg_stat_activity a"
+                          " join pg_stat_ssl s using (pid)"
+                          " where a.usename in ('saga_orchestrator', 'saga_payment',"
+                          " 'saga_inventory') order by 1, 2")
+    rows = [line.split("|") for line in r.stdout.split()]
+    users = {u for u, _ in rows}
+    checks.ok(r.returncode == 0 and len(users) == 3 and all(ssl_on == "t" for _, ssl_on in rows),
+              "every session of the three services' roles is over TLS: %r" % r.stdout)
+    timings["checks over TLS"] = time.monotonic() - t
+
+
 def main(profile):
     workdir = tempfile.mkdtemp(prefix="compose-test-")
     dockerd = None
     stack = None
     timings = {}
     amqp = profile == "amqp"
-    checks.name = "compose-amqp" if amqp else "compose-up"
+    tls = profile == "tls"
+    checks.name = "compose-" + (profile or "up")
     try:
         dockerd = start_dockerd(workdir)
         t = time.monotonic()
         ensure_base_images(BASE_IMAGES + ((RABBITMQ_IMAGE,) if amqp else ()))
         timings["base images"] = time.monotonic() - t
+        tls_dir = None
+        if tls:
+            tls_dir = os.path.join(workdir, "tls")
+            make_certs(tls_dir)
         stack = Stack(free_port(), profiles=(profile,) if amqp else (),
-                      transport="amqp" if amqp else "http")
+                      transport="amqp" if amqp else "http", tls_dir=tls_dir)
         services = ["postgres", "seed"] + list(SAGA_SERVICES) + (["rabbitmq"] if amqp else [])
         stack.note_containers()
         old_image = image_id(SERVICE_IMAGE)
@@ -586,7 +771,10 @@ def main(profile):
         if not stack.wait_ready(services):
             return
         timings["healthy"] = time.monotonic() - t
-        (amqp_run if amqp else readme_run)(stack, services, timings)
+        if tls:
+            tls_run(stack, tls_dir, timings)
+        else:
+            (amqp_run if amqp else readme_run)(stack, services, timings)
     finally:
         if stack is not None:
             if checks.failed:
@@ -600,7 +788,7 @@ def main(profile):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] not in ([], ["--profile", "amqp"]):
-        die("usage: test_compose_up.py [--profile amqp]")
-    main(sys.argv[2] if len(sys.argv) > 2 else None)
+    if sys.argv[1:] not in ([], ["--profile", "amqp"], ["--tls"]):
+        die("usage: test_compose_up.py [--profile amqp | --tls]")
+    main({"--profile": "amqp", "--tls": "tls"}.get(sys.argv[1]) if sys.argv[1:] else None)
     checks.done()

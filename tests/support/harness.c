@@ -235,6 +235,7 @@ static void cluster_teardown_of(const void *unused)
 
 void harness_cluster_start(void)
 {
+	const char *tls = getenv("SAGA_TEST_PG_TLS_DIR");
 	int port;
 
 	if (cluster_port)
@@ -245,6 +246,14 @@ void harness_cluster_start(void)
 	free_ports(&port, 1);
 	cluster_port = port;
 	cluster_owner = getpid();
+	if (tls && *tls) {
+		char crt[PATH_MAX], key[PATH_MAX];
+
+		snprintf(crt, sizeof(crt), "%.4000s/postgres.crt", tls);
+		snprintf(key, sizeof(key), "%.4000s/postgres.key", tls);
+		setenv("PGSSLCERT", crt, 1);
+		setenv("PGSSLKEY", key, 1);
+	}
 	if (pg_cluster("start", true) != 0) {
 		cluster_teardown();
 		harness_fatal("scripts/pg-cluster start %s %d failed", cluster_dir, port);

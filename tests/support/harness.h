@@ -21,7 +21,10 @@ enum svc { SVC_ORCH = 0, SVC_PAY = 1, SVC_INV = 2, SVC_COUNT };
 
 /* Unchecked fixture: start (and, at the end, stop) the cluster once. With
  * SAGA_TEST_PG_TLS_DIR set (a directory of scripts/certs with postgres.crt),
- * the cluster runs TLS only: scripts/pg-cluster --tls. */
+ * the cluster runs TLS only, a role logging in with a client certificate
+ * that names it (scripts/pg-cluster --tls); the process's own connections
+ * (and its children's, unless their URL says otherwise) then present
+ * postgres.crt, the superuser's (PGSSLCERT, PGSSLKEY). */
 void harness_cluster_start(void);
 void harness_cluster_stop(void);
 

@@ -15,5 +15,6 @@ Suite *admin_auth_suite(void);
 Suite *httpc_suite(void);
 Suite *delivery_policy_suite(void);
 Suite *mq_nodes_suite(void);
+Suite *tls_suite(void);
 
 #endif

@@ -178,6 +178,9 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
 	struct service *service = arg;
 	char err[512];
 
+	/* the broker link reads its own on its thread, and logs for itself */
+	if (service->transport->ops->reload_tls)
+		service->transport->ops->reload_tls(service->transport);
 	if (tls_reload(service->tls, err, sizeof(err)) != 0) {
 		log_error("SIGHUP: TLS files not reloaded, the old ones stay in use: %s", err);
 		return;

@@ -97,6 +97,9 @@ struct transport_ops {
 	/* For /readyz: the broker node in use ("host:port"), or NULL (none, or
 	 * no broker); the member may be NULL too. */
 	const char *(*broker_node)(const struct transport *t);
+	/* SIGHUP: read the TLS files again for new connections; NULL: nothing
+	 * of its own to read (HTTP's contexts are tls.c's). */
+	void (*reload_tls)(struct transport *t);
 };
 struct transport {
 	const struct transport_ops *ops;

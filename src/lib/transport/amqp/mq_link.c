@@ -22,11 +22,18 @@
 #define RECONNECT_MIN_MS 100
 #define RECONNECT_MAX_MS 5000
 /*
- * Publishes refused (nacked or returned) in a row, none confirmed between,
- * after which the channel is replaced as a lost connection is: after a node
- * loss a channel can be left refusing everything while a new one would not.
+ * Publishes to one destination nacked in a row, none to it confirmed
+ * between, after which the connection is replaced as a lost one is. After
+ * the loss of the node that led a quorum queue, a channel of another node
+ * can be left nacking every publish to that queue (RabbitMQ 3.10, seen in
+ * the hosts suite) while it confirms those to the others, and a new
+ * channel would not: counted over all destinations, the refusals never
+ * came in a row, and the destination's circuit stayed open for minutes.
+ * A basic.return (no queue bound) does not count: a new channel would not
+ * change it.
  */
-#define REFUSALS_MAX 16
+#define NACKS_MAX 3
+#define NACK_DESTS 8
 
 struct settle {
 	uint64_t generation, tag;
@@ -45,15 +52,22 @@ struct mq_link {
 	struct settle *settles;
 	size_t nsettles, settles_cap;
 	bool stopping, pause_consuming;
+	bool reload_tls; /* SIGHUP: read the TLS files again */
 
 	/* the thread's own */
 	struct mq_nodes nodes;
 	size_t node;  /* the one connected to, or tried next */
 	size_t tried; /* nodes that did not answer since the last connection */
-	int refusals; /* publishes refused in a row */
+	struct {
+		char dest[32];
+		int nacks; /* in a row */
+	} nacked[NACK_DESTS];
+	bool replace; /* NACKS_MAX reached: the connection goes */
 	char service[32], queue[48];
 	char **queues;
 	char *tls_ca, *tls_cert, *tls_key; /* NULL: unset */
+	SSL_CTX *tls;        /* amqps: the files as they last loaded, NULL: never */
+	char tls_err[400];   /* why they last did not, as logged; "" */
 	int prefetch, window;
 	amqp_connection_state_t conn;
 	uint64_t generation, seq;
@@ -165,6 +179,14 @@ void mq_link_settle(struct mq_link *l, uint64_t generation, uint64_t tag, enum m
 	signal_fd(l->wake_fd);
 }
 
+void mq_link_reload_tls(struct mq_link *l)
+{
+	pthread_mutex_lock(&l->mu);
+	l->reload_tls = true;
+	pthread_mutex_unlock(&l->mu);
+	signal_fd(l->wake_fd);
+}
+
 void mq_link_pause_consuming(struct mq_link *l)
 {
 	pthread_mutex_lock(&l->mu);
@@ -208,16 +230,45 @@ static void thread_confirm(struct mq_link *l, struct mq_msg *m, bool ok, const c
 	thread_to_loop(l, m);
 }
 
+/*
+ * amqps: reads the TLS files again (at every connection attempt, and at once
+ * on SIGHUP). When they do not load, the last set that did stays in use and
+ * the reason is logged at level error (at each SIGHUP, and once per new
+ * reason otherwise: a link that cannot connect tries again and again). false:
+ * nothing has ever loaded; the reason is in why.
+ */
+static bool thread_load_tls(struct mq_link *l, bool hup)
+{
+	char err[sizeof(l->tls_err)];
+	SSL_CTX *t = mq_tls_load(l->tls_ca, l->tls_cert, l->tls_key, err, sizeof(err));
+
+	if (t) {
+		SSL_CTX_free(l->tls);
+		l->tls = t;
+		if (hup || l->tls_err[0])
+			log_info("amqp: TLS files reloaded: new broker connections use them");
+		l->tls_err[0] = '\0';
+		return true;
+	}
+	if (l->tls && (hup || strcmp(err, l->tls_err) != 0))
+		log_error("amqp: TLS files not reloaded, the old ones stay in use: %s", err);
+	snprintf(l->tls_err, sizeof(l->tls_err), "%s", err);
+	if (!l->tls)
+		snprintf(l->why, sizeof(l->why), "%.*s", (int)sizeof(l->why) - 1, err);
+	return l->tls != NULL;
+}
+
 static void thread_connect(struct mq_link *l, bool consume)
 {
-	const struct mq_setup setup = { &l->nodes.ci[l->node], l->service,
-					(const char *const *)l->queues, l->prefetch,
-					consume ? l->queue : NULL,
-					l->tls_ca, l->tls_cert, l->tls_key,
-					mq_nodes_group_size(&l->nodes) };
+	struct mq_setup setup = { &l->nodes.ci[l->node], l->service,
+				  (const char *const *)l->queues, l->prefetch,
+				  consume ? l->queue : NULL, NULL, mq_nodes_group_size(&l->nodes) };
 
 	l->why[0] = '\0';
-	l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
+	if (!l->nodes.ci[l->node].ssl || thread_load_tls(l, false)) {
+		setup.tls = l->tls;
+		l->conn = mq_setup_open(&setup, l->why, sizeof(l->why));
+	}
 	if (l->conn) {
 		l->consuming = consume;
 		l->generation++;
@@ -225,7 +276,8 @@ static void thread_connect(struct mq_link *l, bool consume)
 		l->blocked = false;
 		l->backoff_ms = RECONNECT_MIN_MS;
 		l->tried = 0;
-		l->refusals = 0;
+		memset(l->nacked, 0, sizeof(l->nacked));
+		l->replace = false;
 		log_info("amqp: connected to %s", l->nodes.name[l->node]);
 		thread_state(l);
 		return;
@@ -267,13 +319,32 @@ static void thread_lose(struct mq_link *l)
 	l->tried = 0;
 }
 
-/* The broker answered m's publish; counts the refusals in a row. */
+/* The nacks in a row of publishes to dest (the last slot when all are taken). */
+static int *nacks_of(struct mq_link *l, const char *dest)
+{
+	size_t i;
+
+	for (i = 0; i < NACK_DESTS - 1 && l->nacked[i].dest[0]; i++)
+		if (strcmp(l->nacked[i].dest, dest) == 0)
+			return &l->nacked[i].nacks;
+	if (!l->nacked[i].dest[0])
+		snprintf(l->nacked[i].dest, sizeof(l->nacked[i].dest), "%s", dest);
+	return &l->nacked[i].nacks;
+}
+
+/* The broker answered m's publish; counts the nacks in a row per destination. */
 static void thread_settled(struct mq_link *l, struct mq_msg *m, bool ack)
 {
-	bool ok = ack && !m->error[0];
+	int *nacks = nacks_of(l, m->dest);
 
-	l->refusals = ok ? 0 : l->refusals + 1;
-	thread_confirm(l, m, ok, ack ? "" : "nacked by the broker");
+	*nacks = ack ? 0 : *nacks + 1;
+	if (*nacks >= NACKS_MAX && !l->replace) {
+		l->replace = true;
+		snprintf(l->why, sizeof(l->why),
+			 "%d publishes to %s in a row nacked by %s; replacing the connection",
+			 *nacks, m->dest, l->nodes.name[l->node]);
+	}
+	thread_confirm(l, m, ack && !m->error[0], ack ? "" : "nacked by the broker");
 }
 
 /* basic.ack / basic.nack for seq (and all before it when multiple). */
@@ -429,12 +500,8 @@ static bool thread_read(struct mq_link *l)
 			amqp_basic_nack_t *n = f.payload.method.decoded;
 
 			thread_confirmed(l, n->delivery_tag, n->multiple, false);
-			if (l->refusals >= REFUSALS_MAX) {
-				snprintf(l->why, sizeof(l->why),
-					 "%d publishes in a row refused by %s; replacing the channel",
-					 l->refusals, l->nodes.name[l->node]);
-				return false;
-			}
+			if (l->replace)
+				return false; /* see NACKS_MAX */
 			break;
 		}
 		case AMQP_BASIC_RETURN_METHOD:
@@ -565,12 +632,14 @@ static void *thread_main(void *arg)
 	for (;;) {
 		struct settle *s;
 		size_t ns;
-		bool stopping, pause;
+		bool stopping, pause, reload;
 		struct mq_msg *m;
 
 		pthread_mutex_lock(&l->mu);
 		stopping = l->stopping;
 		pause = l->pause_consuming;
+		reload = l->reload_tls;
+		l->reload_tls = false;
 		while ((m = pop(&l->pub_head, &l->pub_tail)) != NULL)
 			append(&l->wait_head, &l->wait_tail, m);
 		s = l->settles;
@@ -579,6 +648,8 @@ static void *thread_main(void *arg)
 		l->nsettles = l->settles_cap = 0;
 		pthread_mutex_unlock(&l->mu);
 
+		if (reload && l->tls) /* amqps, loaded once: else the next attempt loads */
+			thread_load_tls(l, true);
 		if (!l->conn && !stopping && mono_ms() >= l->next_connect_ms)
 			thread_connect(l, !pause);
 		if (l->conn && pause && l->consuming) {
@@ -606,6 +677,7 @@ static void *thread_main(void *arg)
 		thread_confirm(l, pop(&l->unconf_head, &l->unconf_tail), false, "shutting down");
 	while (l->wait_head)
 		thread_confirm(l, pop(&l->wait_head, &l->wait_tail), false, "shutting down");
+	SSL_CTX_free(l->tls);
 	return NULL;
 }
 

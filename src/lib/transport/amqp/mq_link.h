@@ -29,8 +29,8 @@
  * the loop as MQ_CONFIRMED with ok set only on the broker's basic.ack of a
  * message that was not returned. A nack, a basic.return, or losing the
  * connection with the message unconfirmed come back with ok false and the
- * reason. A channel that refuses REFUSALS_MAX publishes in a row (mq_link.c)
- * is dropped as a lost connection is. While the broker has blocked the connection (connection.blocked),
+ * reason. NACKS_MAX publishes to one destination nacked in a row (mq_link.c)
+ * drop the connection as a lost one is. While the broker has blocked the connection (connection.blocked),
  * publishes wait on the thread.
  *
  * Deliveries come to the loop as MQ_DELIVERY and are settled with
@@ -118,6 +118,14 @@ void mq_link_settle(struct mq_link *l, uint64_t generation, uint64_t tag, enum m
 
 /* Stops consuming; the connection stays for publishes and settlements. */
 void mq_link_pause_consuming(struct mq_link *l);
+
+/*
+ * SIGHUP: the thread reads the TLS files again now (it does at every
+ * connection attempt too), for the connections it makes next; the one open
+ * stays. Files that do not load leave the last ones that did in use, logged
+ * at level error with the file's name.
+ */
+void mq_link_reload_tls(struct mq_link *l);
 
 /*
  * Closes the connection once nothing waits to be sent or settled (or at

@@ -235,10 +235,70 @@ static bool is_ip(const char *host)
 	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
-/* amqps: the socket's OpenSSL context, set up as mq_setup.h says. */
+static bool set(const char *s)
+{
+	return s && *s;
+}
+
+/* The first OpenSSL error on the thread's queue, as text; clears the queue. */
+static const char *ssl_reason(char *buf, size_t len)
+{
+	unsigned long e = ERR_peek_error();
+
+	snprintf(buf, len, "%s",
+		 !e ? "no usable content"
+		    : ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "unknown error");
+	ERR_clear_error();
+	return buf;
+}
+
+SSL_CTX *mq_tls_load(const char *ca, const char *cert, const char *key, char *err, size_t errlen)
+{
+	SSL_CTX *t = SSL_CTX_new(TLS_client_method());
+	char why[160];
+
+	if (!t) {
+		snprintf(err, errlen, "TLS: %s", ssl_reason(why, sizeof(why)));
+		return NULL;
+	}
+	if (set(ca) ? SSL_CTX_load_verify_locations(t, ca, NULL) != 1
+		    : SSL_CTX_set_default_verify_paths(t) != 1) {
+		snprintf(err, errlen, "TLS_CA_FILE '%s': %s", set(ca) ? ca : "(system)",
+			 ssl_reason(why, sizeof(why)));
+		goto fail;
+	}
+	if (!set(cert) || !set(key))
+		return t;
+	if (SSL_CTX_use_certificate_chain_file(t, cert) != 1) {
+		snprintf(err, errlen, "TLS_CERT_FILE '%s': %s", cert, ssl_reason(why, sizeof(why)));
+		goto fail;
+	}
+	if (SSL_CTX_use_PrivateKey_file(t, key, SSL_FILETYPE_PEM) != 1) {
+		snprintf(err, errlen, "TLS_KEY_FILE '%s': %s", key, ssl_reason(why, sizeof(why)));
+		goto fail;
+	}
+	if (SSL_CTX_check_private_key(t) != 1) {
+		snprintf(err, errlen, "TLS_KEY_FILE '%s' does not match TLS_CERT_FILE '%s'", key,
+			 cert);
+		goto fail;
+	}
+	return t;
+fail:
+	SSL_CTX_free(t);
+	ERR_clear_error();
+	return NULL;
+}
+
+/*
+ * amqps: the socket's OpenSSL context, set up as mq_setup.h says, with what
+ * mq_tls_load loaded (shared by reference: the CA store, the certificate,
+ * its chain and the key).
+ */
 static bool tls_setup(amqp_socket_t *sock, const struct mq_setup *s, char *why, size_t whylen)
 {
 	SSL_CTX *ctx = amqp_ssl_socket_get_context(sock);
+	X509 *cert = SSL_CTX_get0_certificate(s->tls);
+	STACK_OF(X509) *chain = NULL;
 	X509_VERIFY_PARAM *vp;
 	int rc;
 
@@ -254,19 +314,11 @@ static bool tls_setup(amqp_socket_t *sock, const struct mq_setup *s, char *why, 
 		snprintf(why, whylen, "TLS: %s", amqp_error_string2(rc));
 		return false;
 	}
-	if (s->tls_ca && *s->tls_ca) {
-		if (amqp_ssl_socket_set_cacert(sock, s->tls_ca) != AMQP_STATUS_OK) {
-			snprintf(why, whylen, "TLS_CA_FILE %s: cannot load it", s->tls_ca);
-			return false;
-		}
-	} else if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
-		snprintf(why, whylen, "TLS: the system's trust store cannot be loaded");
-		return false;
-	}
-	if (s->tls_cert && *s->tls_cert && s->tls_key && *s->tls_key &&
-	    amqp_ssl_socket_set_key(sock, s->tls_cert, s->tls_key) != AMQP_STATUS_OK) {
-		snprintf(why, whylen, "TLS_CERT_FILE %s / TLS_KEY_FILE %s: cannot load them",
-			 s->tls_cert, s->tls_key);
+	SSL_CTX_set1_cert_store(ctx, SSL_CTX_get_cert_store(s->tls));
+	if (cert && (SSL_CTX_get0_chain_certs(s->tls, &chain) != 1 ||
+		     SSL_CTX_use_certificate(ctx, cert) != 1 || SSL_CTX_set1_chain(ctx, chain) != 1 ||
+		     SSL_CTX_use_PrivateKey(ctx, SSL_CTX_get0_privatekey(s->tls)) != 1)) {
+		snprintf(why, whylen, "TLS: cannot use the client certificate");
 		return false;
 	}
 	vp = SSL_CTX_get0_param(ctx);

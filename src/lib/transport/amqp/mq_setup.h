@@ -28,14 +28,17 @@
  *
  * amqps:// (rabbitmq-c's OpenSSL socket; its OpenSSL objects are created,
  * used and freed on the calling thread only): TLS 1.2 or later; the broker's
- * certificate must verify against tls_ca (else the system's trust store) and
- * name the URL's host (OpenSSL's own check, which knows IP addresses too);
- * tls_cert/tls_key, when set, are presented as the client certificate.
+ * certificate must verify against the CA bundle loaded by mq_tls_load (else
+ * the system's trust store) and name the URL's host (OpenSSL's own check,
+ * which knows IP addresses too); the client certificate it loaded, if any, is
+ * presented. The files are loaded apart from the connection (mq_tls_load), so
+ * that the caller can keep the last set that loaded when a file goes bad.
  */
 #ifndef PGSAGA_MQ_SETUP_H
 #define PGSAGA_MQ_SETUP_H
 
 #include <amqp.h>
+#include <openssl/ssl.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -50,8 +53,7 @@ struct mq_setup {
 	const char *const *queues;       /* every service (own queue: service), NULL-ended */
 	int prefetch;
 	const char *consume;             /* the queue to consume, or NULL */
-	const char *tls_ca;              /* amqps: PEM CA bundle, NULL: the system's */
-	const char *tls_cert, *tls_key;  /* amqps: client certificate, NULL: none */
+	SSL_CTX *tls;                    /* amqps: from mq_tls_load (borrowed) */
 	/*
 	 * x-quorum-initial-group-size of the queues: the nodes listed in
 	 * AMQP_URL (at most 5). Above 1, pgsaga.dead is a quorum queue too.
@@ -67,5 +69,15 @@ bool mq_rpc_ok(amqp_connection_state_t c, const char *what, char *why, size_t wh
 
 /* A table entry with a string value; both strings borrowed. */
 amqp_table_entry_t mq_entry_str(const char *key, const char *value);
+
+/*
+ * amqps: the files, loaded completely (CA bundle, else the system's trust
+ * store; certificate chain and key, which must match, when both are set)
+ * into an SSL_CTX that only holds them for mq_setup_open to copy. NULL with
+ * the reason in err, naming the variable and the file. On the calling
+ * thread; free with SSL_CTX_free.
+ */
+SSL_CTX *mq_tls_load(const char *ca, const char *cert, const char *key, char *err,
+		     size_t errlen);
 
 #endif

@@ -458,9 +458,14 @@ static const char *amqp_breaker(const struct transport *t, const char *dest)
 	return "closed";
 }
 
-static const struct transport_ops amqp_ops = { amqp_send, amqp_idle,	 amqp_broker,
-					       amqp_stop, amqp_free, amqp_breaker,
-					       amqp_broker_node };
+static void amqp_reload_tls(struct transport *t)
+{
+	mq_link_reload_tls(((struct transport_amqp *)t)->link);
+}
+
+static const struct transport_ops amqp_ops = { amqp_send,	 amqp_idle,	 amqp_broker,
+					       amqp_stop,	 amqp_free,	 amqp_breaker,
+					       amqp_broker_node, amqp_reload_tls };
 
 static void declare_metrics(struct transport_amqp *a)
 {
