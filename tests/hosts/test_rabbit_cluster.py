@@ -32,30 +32,23 @@ starting RabbitMQ nodes.
 """
 
 import calendar
-import ctypes
 import json
 import os
 import subprocess
 import sys
-import threading
 import time
-import uuid
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ops"))
+sys.path.insert(0, os.path.dirname(__file__))
+from hostslib import (HOSTS, Client, log, metric_sum, setns, wait,  # noqa: E402
+                      wait_progress)
 from opslib import BUILD, SRC, Checks, System, die, request  # noqa: E402
 
-HOSTS = os.path.join(SRC, "scripts", "hosts")
 NODE = os.path.join(SRC, "scripts", "rabbit-node")
 AUDIT = os.path.join(SRC, "scripts", "audit")
 NODES = 3
 APP_HOST = 4
 PARTITION_S = float(os.environ.get("HOSTS_PARTITION_S", "30"))
 COOKIE = "PGSAGAHOSTSTEST"
-CLONE_NEWNET = 0x40000000
-
-
-def log(msg):
-    print("[%s] %s" % (time.strftime("%H:%M:%S"), msg), flush=True)
 
 
 class Cluster:
@@ -118,75 +111,12 @@ class Cluster:
         self.run(HOSTS, "down", self.hosts, check=False)
 
 
-def setns(path):
-    """Moves this process (one thread by then) into the network namespace
-    at path."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if libc.setns(fd, CLONE_NEWNET) != 0:
-            die("setns: %s" % os.strerror(ctypes.get_errno()))
-    finally:
-        os.close(fd)
-
-
-class Client:
-    """Posts orders from a few threads until stopped; records every 201."""
-
-    def __init__(self, sy, threads=3):
-        self.sy = sy
-        self.accepted = {}  # sagaId -> monotonic time of the 201
-        self.errors = 0
-        self.mu = threading.Lock()
-        self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.loop, args=(k,)) for k in range(threads)]
-
-    def loop(self, k):
-        n = 0
-        while not self.stopping.is_set():
-            n += 1
-            try:
-                r = self.sy.order(str(uuid.uuid4()), customer="c-%d-%d" % (k, n % 20),
-                                  amount=100 + n % 50)
-            except OSError:
-                r = None
-            with self.mu:
-                if r is not None and r.status == 201:
-                    self.accepted[r.json()["sagaId"]] = time.monotonic()
-                else:
-                    self.errors += 1
-            time.sleep(0.05)
-
-    def start(self):
-        for t in self.threads:
-            t.start()
-
-    def stop(self):
-        self.stopping.set()
-        for t in self.threads:
-            t.join()
-
-    def count(self):
-        with self.mu:
-            return len(self.accepted)
-
-
 def readyz(sy, s="orchestrator"):
     try:
         r = request(sy.ports[s], "GET", "/readyz", timeout=5)
         return r.json() if r.status == 200 else {}
     except (OSError, ValueError):
         return {}
-
-
-def wait(cond, timeout, step=0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return None
 
 
 def node_index(cl, node):
@@ -196,28 +126,12 @@ def node_index(cl, node):
     return None
 
 
-def wait_progress(client, more, timeout):
-    """True when `more` orders more than now got their 201 within timeout."""
-    want = client.count() + more
-    return wait(lambda: client.count() >= want, timeout) is not None
-
-
 def first_completion_after(sy, wall):
     """Seconds from wall (epoch) to the first saga created after it and
     completed, or None."""
     v = sy.scalar("SELECT extract(epoch FROM min(updated_at)) FROM orchestrator.saga_instances"
                   " WHERE state = 'Completed' AND created_at > to_timestamp(%f)" % wall)
     return float(v) - wall if v else None
-
-
-def metric_sum(sy, name):
-    total = 0.0
-    for s in sy.ports:
-        r = request(sy.ports[s], "GET", "/metrics")
-        for line in r.body.decode().splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 def main():
