@@ -141,3 +141,47 @@ def metric_sum(sy, name):
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+TERMINAL = ("Completed", "Failed", "Compensated")
+AUDIT = os.path.join(SRC, "scripts", "audit")
+
+
+def verify_history(sy, client, pids, checks):
+    """What every test of the suite checks afterwards: each saga answered
+    201 exists and is terminal, the audit is clean, no dead letter in the
+    outboxes, no service restarted. Returns (sagas, completed)."""
+    ids = list(client.accepted)
+    path = os.path.join(sy.root, "accepted.sql")
+    with open(path, "w") as f:
+        f.write("\\pset format unaligned\n\\pset tuples_only on\n")
+        f.write("CREATE TEMP TABLE accepted (saga_id uuid PRIMARY KEY);\n")
+        f.write("COPY accepted FROM stdin;\n%s\n\\.\n" % "\n".join(ids))
+        f.write("SELECT count(*) FILTER (WHERE s.state IN %s), count(s.saga_id),"
+                " count(*) FILTER (WHERE s.state = 'Completed') FROM accepted a"
+                " LEFT JOIN orchestrator.saga_instances s USING (saga_id);\n"
+                % repr(TERMINAL))
+
+    def counts():
+        try:
+            out = sy.psql_file(path).strip().splitlines()[-1].split("|")
+            return [int(x) for x in out]
+        except (RuntimeError, ValueError, IndexError):
+            return [-1, -1, -1]
+    done = wait(lambda: counts()[0] == len(ids), 300, 1)
+    term, found, completed = counts()
+    checks.ok(found == len(ids), "every saga answered 201 exists: %d of %d" % (found, len(ids)))
+    checks.ok(done, "every saga answered 201 is terminal: %d of %d" % (term, len(ids)))
+    r = subprocess.run([AUDIT, sy.url()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    checks.ok(r.returncode == 0, "the audit is clean (no effect twice, balances to the unit)")
+    if r.returncode != 0:
+        print(r.stdout, flush=True)
+    dead = int(sy.scalar("SELECT (SELECT count(*) FROM orchestrator.outbox_messages"
+                         " WHERE dead_at IS NOT NULL) + (SELECT count(*) FROM"
+                         " payment.outbox_messages WHERE dead_at IS NOT NULL) + (SELECT"
+                         " count(*) FROM inventory.outbox_messages WHERE dead_at IS NOT NULL)"))
+    checks.ok(dead == 0, "no dead letter in the outboxes: %d" % dead)
+    for s, p in sy.procs.items():
+        checks.ok(p.poll() is None and p.pid == pids[s], "saga-%s never restarted" % s)
+    return len(ids), completed

@@ -32,7 +32,6 @@ by a watchdog (scripts/hosts watch) when this test is SIGKILLed.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -40,15 +39,13 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from hostslib import (HOSTS, Client, log, metric_sum, run, setns, wait,  # noqa: E402
-                      wait_progress)
+                      verify_history, wait_progress)
 from opslib import BUILD, SERVICES, SRC, Checks, System, die  # noqa: E402
 
 NODE = os.path.join(SRC, "scripts", "patroni-node")
-AUDIT = os.path.join(SRC, "scripts", "audit")
 MEMBERS = 3
 APP_HOST = 4
 PARTITION_S = float(os.environ.get("HOSTS_PARTITION_S", "45"))
-TERMINAL = ("Completed", "Failed", "Compensated")
 
 
 class Cluster:
@@ -322,43 +319,11 @@ def run_faults(cl, sy, client, checks, results):
 
 
 def verify(cl, sy, client, pids, checks, results):
-    ids = list(client.accepted)
-    path = os.path.join(sy.root, "accepted.sql")
-    with open(path, "w") as f:
-        f.write("\\pset format unaligned\n\\pset tuples_only on\n")
-        f.write("CREATE TEMP TABLE accepted (saga_id uuid PRIMARY KEY);\n")
-        f.write("COPY accepted FROM stdin;\n%s\n\\.\n" % "\n".join(ids))
-        f.write("SELECT count(*) FILTER (WHERE s.state IN %s), count(s.saga_id),"
-                " count(*) FILTER (WHERE s.state = 'Completed') FROM accepted a"
-                " LEFT JOIN orchestrator.saga_instances s USING (saga_id);\n"
-                % repr(TERMINAL))
-
-    def counts():
-        try:
-            out = sy.psql_file(path).strip().splitlines()[-1].split("|")
-            return [int(x) for x in out]
-        except (RuntimeError, ValueError, IndexError):
-            return [-1, -1, -1]
-    done = wait(lambda: counts()[0] == len(ids), 300, 1)
-    term, found, completed = counts()
-    checks.ok(found == len(ids), "every saga answered 201 exists: %d of %d" % (found, len(ids)))
-    checks.ok(done, "every saga answered 201 is terminal: %d of %d" % (term, len(ids)))
-    r = subprocess.run([AUDIT, sy.url()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
-    checks.ok(r.returncode == 0, "the audit is clean (no effect twice, balances to the unit)")
-    if r.returncode != 0:
-        print(r.stdout, flush=True)
-    dead = int(sy.scalar("SELECT (SELECT count(*) FROM orchestrator.outbox_messages"
-                         " WHERE dead_at IS NOT NULL) + (SELECT count(*) FROM"
-                         " payment.outbox_messages WHERE dead_at IS NOT NULL) + (SELECT"
-                         " count(*) FROM inventory.outbox_messages WHERE dead_at IS NOT NULL)"))
-    checks.ok(dead == 0, "no dead letter in the outboxes: %d" % dead)
-    for s, p in sy.procs.items():
-        checks.ok(p.poll() is None and p.pid == pids[s], "saga-%s never restarted" % s)
+    n, completed = verify_history(sy, client, pids, checks)
     dups = metric_sum(sy, "saga_inbox_duplicates_total")
     log("RESULT sagas=%d completed=%d other-answers=%d inbox-duplicates-absorbed=%.0f"
-        % (len(ids), completed, client.errors, dups))
-    print(json.dumps({"sagas": len(ids), "completed": completed, "errors": client.errors,
+        % (n, completed, client.errors, dups))
+    print(json.dumps({"sagas": n, "completed": completed, "errors": client.errors,
                       "inbox_duplicates": dups, "failovers": results}), flush=True)
 
 

@@ -40,11 +40,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from hostslib import (HOSTS, Client, log, metric_sum, setns, wait,  # noqa: E402
-                      wait_progress)
+                      verify_history, wait_progress)
 from opslib import BUILD, SRC, Checks, System, die, request  # noqa: E402
 
 NODE = os.path.join(SRC, "scripts", "rabbit-node")
-AUDIT = os.path.join(SRC, "scripts", "audit")
 NODES = 3
 APP_HOST = 4
 PARTITION_S = float(os.environ.get("HOSTS_PARTITION_S", "30"))
@@ -386,34 +385,7 @@ def amqp_log(sy):
 
 
 def verify(cl, sy, client, pids, checks):
-    ids = list(client.accepted)
-    terminal = "('Completed', 'Failed', 'Compensated')"
-    path = os.path.join(sy.root, "accepted.sql")
-    with open(path, "w") as f:
-        f.write("\\pset format unaligned\n\\pset tuples_only on\n")
-        f.write("CREATE TEMP TABLE accepted (saga_id uuid PRIMARY KEY);\n")
-        f.write("COPY accepted FROM stdin;\n%s\n\\.\n" % "\n".join(ids))
-        f.write("SELECT count(*) FILTER (WHERE s.state IN %s), count(s.saga_id),"
-                " count(*) FILTER (WHERE s.state = 'Completed') FROM accepted a"
-                " LEFT JOIN orchestrator.saga_instances s USING (saga_id);\n" % terminal)
-
-    def counts():
-        out = sy.psql_file(path).strip().splitlines()[-1].split("|")
-        return [int(x) for x in out]
-    done = wait(lambda: counts()[0] == len(ids), 300, 1)
-    term, found, completed = counts()
-    checks.ok(found == len(ids), "every saga answered 201 exists: %d of %d" % (found, len(ids)))
-    checks.ok(done, "every saga answered 201 is terminal: %d of %d" % (term, len(ids)))
-    r = subprocess.run([AUDIT, sy.url()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
-    checks.ok(r.returncode == 0, "the audit is clean (no effect twice, balances to the unit)")
-    if r.returncode != 0:
-        print(r.stdout, flush=True)
-    dead = int(sy.scalar("SELECT (SELECT count(*) FROM orchestrator.outbox_messages"
-                         " WHERE dead_at IS NOT NULL) + (SELECT count(*) FROM"
-                         " payment.outbox_messages WHERE dead_at IS NOT NULL) + (SELECT"
-                         " count(*) FROM inventory.outbox_messages WHERE dead_at IS NOT NULL)"))
-    checks.ok(dead == 0, "no dead letter in the outboxes: %d" % dead)
+    n, completed = verify_history(sy, client, pids, checks)
     q = cl.ctl(0, "list_queues", "-q", "--no-table-headers", "name", "messages", "type")
     dead_q = [line.split() for line in q.stdout.splitlines() if line.startswith("pgsaga.dead")]
     checks.ok(q.returncode == 0 and dead_q and dead_q[0][1] == "0",
@@ -421,14 +393,12 @@ def verify(cl, sy, client, pids, checks):
     checks.ok(q.returncode == 0 and all(line.split()[2] == "quorum"
                                         for line in q.stdout.splitlines() if line.strip()),
               "every queue is a quorum queue: %r" % q.stdout)
-    for s, p in sy.procs.items():
-        checks.ok(p.poll() is None and p.pid == pids[s], "saga-%s never restarted" % s)
     dups = metric_sum(sy, "saga_inbox_duplicates_total")
     replaced = sum(link_events(sy, s, "in a row nacked") for s in sy.ports)
     log("RESULT sagas=%d completed=%d other-answers=%d inbox-duplicates-absorbed=%.0f"
         " connections-replaced-for-nacks=%d"
-        % (len(ids), completed, client.errors, dups, replaced))
-    print(json.dumps({"sagas": len(ids), "completed": completed, "errors": client.errors,
+        % (n, completed, client.errors, dups, replaced))
+    print(json.dumps({"sagas": n, "completed": completed, "errors": client.errors,
                       "inbox_duplicates": dups, "replaced_for_nacks": replaced}), flush=True)
 
 
