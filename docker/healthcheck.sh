@@ -15,6 +15,11 @@
 # process over the loopback address, whose name a certificate need not carry;
 # what is checked is that the service answers.
 
+# A service that closes the connection before the request is written (a
+# TLS listener asked in clear text) must fail the check with exit 1, not
+# kill the shell with SIGPIPE (exit 141): the write then just fails.
+trap "" PIPE
+
 addr=${LISTEN_ADDR:-}
 port=${1:-${addr##*:}}
 host=${addr%:*}
