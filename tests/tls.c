@@ -448,6 +448,42 @@ START_TEST(saga_over_https_with_client_certs)
 }
 END_TEST
 
+/*
+ * A connection to a peer outlives the attempt timeout when idle: after a
+ * pause three times HTTP_TIMEOUT_MS, the next saga's four hops reuse the
+ * four connections of the last one instead of a handshake each. (evhttp
+ * closes an idle client connection when the request timeout runs out; the
+ * client gives idle ones a timeout of their own.) One handshake is allowed
+ * for an attempt that timed out on a slow machine.
+ */
+START_TEST(idle_peer_connections_outlive_the_attempt_timeout)
+{
+	const char *ca = path_in(dir, "ca.crt");
+	const enum svc order[SVC_COUNT] = { SVC_INV, SVC_PAY, SVC_ORCH };
+	char saga[UUID_STR_LEN];
+	double before = 0, after = 0;
+
+	client_with_cert();
+	for (int i = 0; i < SVC_COUNT; i++)
+		env_start(&env, order[i], tls_vars(order[i], ca, ca, "HTTP_TIMEOUT_MS=1500"));
+	seed_stock("A001", 10);
+	env_new_order(&env, "c-idle", "A001", 1, 100, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	for (int s = 0; s < SVC_COUNT; s++)
+		before += handshakes(s, "client", "false") + handshakes(s, "client", "true");
+	sleep(5);
+	env_new_order(&env, "c-idle", "A001", 1, 100, saga);
+	ck_assert(wait_state(saga, "Completed"));
+	for (int s = 0; s < SVC_COUNT; s++)
+		after += handshakes(s, "client", "false") + handshakes(s, "client", "true");
+	fprintf(stderr, "tls: client handshakes %.0f before the pause, %.0f after\n", before, after);
+	ck_assert_msg(before >= 4, "the first saga made %.0f connections", before);
+	ck_assert_msg(after - before <= 1, "%.0f new handshakes after an idle pause",
+		      after - before);
+	stop_all_clean();
+}
+END_TEST
+
 START_TEST(peer_of_another_ca_fails_until_sighup)
 {
 	char saga[UUID_STR_LEN], orch_ca[PATH_MAX];
@@ -761,6 +797,7 @@ static Suite *tls_suite(void)
 	tcase_set_timeout(tc, 180);
 	suite_add_tcase(s, tc);
 	tcase_add_test(tc, saga_over_https_with_client_certs);
+	tcase_add_test(tc, idle_peer_connections_outlive_the_attempt_timeout);
 	tcase_add_test(tc, peer_of_another_ca_fails_until_sighup);
 	tcase_add_test(tc, sighup_rotates_certificate_in_flight);
 	tcase_add_test(tc, secrets_from_files);

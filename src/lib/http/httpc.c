@@ -20,6 +20,18 @@
 #include "metrics.h"
 #include "tls.h"
 
+/*
+ * How long an idle connection to a peer is kept. evhttp watches an idle
+ * client connection with the request timeout (one attempt, HTTP_TIMEOUT_MS)
+ * and closes it when that runs out, so a peer quiet for five seconds cost a
+ * new connection, and over TLS a handshake, at its next message: a burst of
+ * them whenever traffic resumed. An idle connection gets this long instead,
+ * less than the 60 s after which the services' listeners close it (httpd.c),
+ * so that the side that sends is the side that closes, and a request is
+ * never written into a connection the peer is closing.
+ */
+#define HTTPC_IDLE_MS 50000
+
 struct call {
 	TAILQ_ENTRY(call) link;
 	char *path;
@@ -166,6 +178,12 @@ static void request_done_cb(struct evhttp_request *req, void *arg)
 		r.body = (const char *)evbuffer_pullup(b, -1);
 	}
 	s->error = NULL;
+	if (r.status != 0 && !s->dead) {
+		/* answered, kept alive: idle from now on (the next request sets its timeout) */
+		struct timeval idle = { HTTPC_IDLE_MS / 1000, (HTTPC_IDLE_MS % 1000) * 1000 };
+
+		bufferevent_set_timeouts(evhttp_connection_get_bufferevent(s->evcon), &idle, &idle);
+	}
 	/* only the peer's own trouble counts against its circuit */
 	breaker_report(&in->br, delivery_policy_breaker_ok(delivery_policy_http(r.status)),
 		       now_ms());
@@ -219,10 +237,11 @@ static bool send_call(struct slot *s, struct call *c)
 		s->evcon = connect_to(p, in, s);
 		if (!s->evcon)
 			return false;
-		struct timeval tv = { p->opts.timeout_ms / 1000, (p->opts.timeout_ms % 1000) * 1000 };
-		evhttp_connection_set_timeout_tv(s->evcon, &tv);
 		evhttp_connection_set_retries(s->evcon, 0);
 	}
+	/* one attempt's timeout, also on a connection that was idle */
+	struct timeval tv = { p->opts.timeout_ms / 1000, (p->opts.timeout_ms % 1000) * 1000 };
+	evhttp_connection_set_timeout_tv(s->evcon, &tv);
 	req = evhttp_request_new(request_done_cb, s);
 	if (!req)
 		return false;
