@@ -299,7 +299,7 @@ START_TEST(connections_carry_keepalives_unless_the_url_says_otherwise)
 
 	pool_socket_options(env.admin_url, got);
 	ck_assert_int_ne(got[0], 0);
-	ck_assert_int_eq(got[1], 5);
+	ck_assert_int_eq(got[1], 4);
 	ck_assert_int_eq(got[2], 2);
 	ck_assert_int_eq(got[3], 3);
 	ck_assert_int_eq(got[4], 10000);

@@ -48,7 +48,7 @@ START_TEST(test_defaults_when_the_url_sets_none)
 
 	db_conn_params_init(&p, "host=/nonexistent-pgsaga dbname=d user=u");
 	effective(&p, tcp, got, sizeof(got));
-	ck_assert_str_eq(got, "keepalives=1 keepalives_idle=5 keepalives_interval=2 "
+	ck_assert_str_eq(got, "keepalives=1 keepalives_idle=4 keepalives_interval=2 "
 			      "keepalives_count=3 tcp_user_timeout=10000");
 	effective(&p, who, got, sizeof(got));
 	ck_assert_str_eq(got, "host=/nonexistent-pgsaga dbname=d user=u");
@@ -68,7 +68,7 @@ START_TEST(test_the_url_overrides_them)
 
 	db_conn_params_init(&p, "host=/nonexistent-pgsaga keepalives_count=9");
 	effective(&p, tcp, got, sizeof(got));
-	ck_assert_str_eq(got, "keepalives=1 keepalives_idle=5 keepalives_interval=2 "
+	ck_assert_str_eq(got, "keepalives=1 keepalives_idle=4 keepalives_interval=2 "
 			      "keepalives_count=9 tcp_user_timeout=10000");
 }
 END_TEST
@@ -96,7 +96,7 @@ START_TEST(test_no_conninfo_keeps_the_defaults)
 	db_conn_params_init(&p, NULL);
 	db_conn_params_add(&p, "host", "/nonexistent-pgsaga");
 	effective(&p, tcp, got, sizeof(got));
-	ck_assert_str_eq(got, "keepalives=1 keepalives_idle=5 keepalives_interval=2 "
+	ck_assert_str_eq(got, "keepalives=1 keepalives_idle=4 keepalives_interval=2 "
 			      "keepalives_count=3 tcp_user_timeout=10000");
 }
 END_TEST

@@ -346,7 +346,7 @@ static void conn_notice(void *arg, const PGresult *res)
  */
 static const char *const conn_defaults[][2] = {
 	{ "keepalives", "1" },
-	{ "keepalives_idle", "5" },
+	{ "keepalives_idle", "4" },
 	{ "keepalives_interval", "2" },
 	{ "keepalives_count", "3" },
 	{ "tcp_user_timeout", "10000" },

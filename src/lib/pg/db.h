@@ -50,14 +50,15 @@ typedef void (*db_cb)(void *arg, PGresult *res, const struct db_error *err);
  * db_conn_params_add appends (which overrides conninfo). keys and vals end
  * with NULL; the strings are borrowed.
  *
- * The defaults: TCP keepalives (keepalives=1, keepalives_idle=5,
+ * The defaults: TCP keepalives (keepalives=1, keepalives_idle=4,
  * keepalives_interval=2, keepalives_count=3) and tcp_user_timeout=10000
  * (ms). A connection whose peer went silent (a network partition: no reset,
- * no FIN) is then given up by the kernel after about 10 s, whether it is
- * idle (the keepalive probes go unanswered) or has a statement out (its
- * data stays unacknowledged), instead of after TCP's own retries (15
- * minutes or more). They apply to TCP connections only; libpq ignores them
- * on a Unix-domain socket.
+ * no FIN) is then given up by the kernel 10 s after it last heard from the
+ * server, whether it is idle (probes at 4, 6 and 8 s go unanswered; the
+ * next one finds 10 s passed) or has a statement out (its data stays
+ * unacknowledged for 10 s), instead of after TCP's own retransmissions (15
+ * minutes and more), or never for an idle one. They apply to TCP
+ * connections only; libpq ignores them on a Unix-domain socket.
  */
 #define DB_CONN_PARAMS_MAX 12
 struct db_conn_params {
