@@ -58,6 +58,7 @@ PG = os.path.join(SRC, "scripts", "pg-cluster")
 RABBIT = os.path.join(SRC, "scripts", "rabbit-node")
 DB_HOST, MQ_HOST, A, B, C, CLIENT_HOST = 1, 2, 3, 4, 5, 6
 LEASE_MS = 3000
+POOL = 8  # DB_POOL_SIZE's default
 DB_CUT_S = float(os.environ.get("HOSTS_DB_CUT_S", "20"))
 MQ_CUT_S = float(os.environ.get("HOSTS_MQ_CUT_S", "25"))
 
@@ -402,10 +403,17 @@ def verify(hs, sy, client, pids, checks, results):
     leased = cut.pop("leased_at_cut", [])
     cut["leased_at_cut"] = len(leased)
     cut["taken_over"] = taken_over(sy, leased)
+    # the server's side of #1's connections given up during the cut: nothing
+    # tells an idle backend its client is gone (the server's own keepalives
+    # are the system's, two hours)
+    cut["backends_of_1"] = int(sy.scalar("SELECT count(*) FROM pg_stat_activity"
+                                         " WHERE client_addr = '%s'" % addr(A)))
     dups = metric_sum(sy, "saga_inbox_duplicates_total")
     log("RESULT sagas=%d completed=%d other-answers=%d inbox-duplicates-absorbed=%.0f"
-        " leases-taken-over=%d (of %d leased at the cut)"
-        % (n, completed, client.errors, dups, cut["taken_over"], cut["leased_at_cut"]))
+        " leases-taken-over=%d (of %d leased at the cut) backends-of-#1=%d (its pool and"
+        " LISTEN connection: %d)"
+        % (n, completed, client.errors, dups, cut["taken_over"], cut["leased_at_cut"],
+           cut["backends_of_1"], POOL + 1))
     print(json.dumps({"sagas": n, "completed": completed, "errors": client.errors,
                       "statuses": client.statuses, "inbox_duplicates": dups,
                       "faults": results}), flush=True)
