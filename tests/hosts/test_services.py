@@ -36,7 +36,7 @@ time from the heal to #1's first 201, payment's lost connection and its
 reconnect after the heal, and the inbox duplicates absorbed.
 
 Root only: network namespaces. Everything made is removed at the end, and
-by a watchdog (scripts/hosts watch) when this test is SIGKILLed. About 2.5
+by a watchdog (scripts/hosts watch) when this test is SIGKILLed. About 2
 minutes on a busy 2-core machine.
 """
 
