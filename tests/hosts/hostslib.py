@@ -169,7 +169,8 @@ def wait_progress(client, more, timeout):
 
 
 def metric_sum(sy, name):
-    """The sum of a metric's series over the three services."""
+    """The sum of a metric's series over the services (every instance in
+    sy.ports)."""
     total = 0.0
     for s in sy.ports:
         r = request(sy.ports[s], "GET", "/metrics", host=sy.addr(s))
