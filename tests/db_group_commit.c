@@ -2,14 +2,20 @@
  * src/lib/pg/db.c against a real PostgreSQL: grouped statements (group commit,
  * db_query_grouped) share one transaction when they wait together, route
  * each result to its own caller, and when one of them fails the others
- * still commit, alone, exactly once.
+ * still commit, alone, exactly once. And the pool's connections carry TCP
+ * keepalives and a user timeout on their sockets unless DATABASE_URL says
+ * otherwise (db_conn_params).
  */
+#include <arpa/inet.h>
 #include <check.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "db.h"
 #include "harness.h"
@@ -248,6 +254,65 @@ START_TEST(writes_wait_for_a_writer_and_reads_do_not)
 }
 END_TEST
 
+/*
+ * The socket options of the pool's one connection, found among this
+ * process's descriptors by its local port, which the server reports
+ * (inet_client_port()): keepalive, idle, interval, count, user timeout.
+ */
+static void pool_socket_options(const char *url, int got[5])
+{
+	struct db_pool *pool;
+	struct outcome port = { 0 };
+	int fd;
+
+	base = event_base_new();
+	pool = db_pool_new(base, url, "public", 1);
+	db_query(pool, "SELECT inet_client_port()::text", 0, NULL, record, &port);
+	pending = 1;
+	run_until_done();
+	ck_assert_int_eq(port.status, DB_OK);
+	for (fd = 3; fd < 1024; fd++) {
+		struct sockaddr_in a;
+		socklen_t len = sizeof(a);
+
+		if (getsockname(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+		    ntohs(a.sin_port) == atoi(port.col[0]))
+			break;
+	}
+	ck_assert_msg(fd < 1024, "no socket of this process has local port %s", port.col[0]);
+	const int opts[5][2] = { { SOL_SOCKET, SO_KEEPALIVE }, { IPPROTO_TCP, TCP_KEEPIDLE },
+				 { IPPROTO_TCP, TCP_KEEPINTVL }, { IPPROTO_TCP, TCP_KEEPCNT },
+				 { IPPROTO_TCP, TCP_USER_TIMEOUT } };
+	for (int i = 0; i < 5; i++) {
+		socklen_t len = sizeof(got[i]);
+
+		ck_assert_int_eq(getsockopt(fd, opts[i][0], opts[i][1], &got[i], &len), 0);
+	}
+	db_pool_free(pool);
+	event_base_free(base);
+}
+
+START_TEST(connections_carry_keepalives_unless_the_url_says_otherwise)
+{
+	int got[5];
+	char url[640];
+
+	pool_socket_options(env.admin_url, got);
+	ck_assert_int_ne(got[0], 0);
+	ck_assert_int_eq(got[1], 4);
+	ck_assert_int_eq(got[2], 2);
+	ck_assert_int_eq(got[3], 3);
+	ck_assert_int_eq(got[4], 10000);
+
+	snprintf(url, sizeof(url), "%s keepalives_idle=30 tcp_user_timeout=0", env.admin_url);
+	pool_socket_options(url, got);
+	ck_assert_int_ne(got[0], 0);
+	ck_assert_int_eq(got[1], 30);
+	ck_assert_int_eq(got[2], 2);
+	ck_assert_int_eq(got[4], 0);
+}
+END_TEST
+
 static Suite *db_suite(void)
 {
 	Suite *s = suite_create("db");
@@ -259,6 +324,7 @@ static Suite *db_suite(void)
 	tcase_add_test(tc, a_failing_statement_leaves_the_others_committed_once);
 	tcase_add_test(tc, a_group_on_a_broken_connection_is_unavailable);
 	tcase_add_test(tc, writes_wait_for_a_writer_and_reads_do_not);
+	tcase_add_test(tc, connections_carry_keepalives_unless_the_url_says_otherwise);
 	suite_add_tcase(s, tc);
 	return s;
 }

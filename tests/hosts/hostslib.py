@@ -1,13 +1,17 @@
 """What the tests of the hosts suite share: running commands on the hosts
-(scripts/hosts), moving this process into a host's network namespace, a
-client that posts orders without pause and records every answer, waiting,
-and the services' metrics.
+(scripts/hosts), moving this process (or a child about to run a service)
+into a host's network namespace, a client that posts orders without pause
+and records every answer, waiting, the services' metrics, /readyz and log
+lines, and the checks every test makes afterwards.
 
 Standard library only; builds on tests/ops/opslib.py (System, request).
 """
 
+import calendar
 import ctypes
+import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -19,6 +23,7 @@ from opslib import SRC, die, request  # noqa: E402
 
 HOSTS = os.path.join(SRC, "scripts", "hosts")
 CLONE_NEWNET = 0x40000000
+PR_SET_PDEATHSIG = 1
 
 
 def log(msg):
@@ -47,6 +52,16 @@ def setns(path):
         os.close(fd)
 
 
+def in_netns(path):
+    """A preexec_fn for subprocess.Popen: the child runs in the network
+    namespace at path, and is SIGKILLed when this process dies (as
+    opslib's services are)."""
+    def pre():
+        setns(path)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return pre
+
+
 def wait(cond, timeout, step=0.1):
     """cond's first true value within timeout seconds, else None."""
     end = time.monotonic() + timeout
@@ -62,35 +77,42 @@ class Client:
     """Posts orders from a few threads until stopped. Records every 201
     (sagaId -> monotonic time of the answer), the (begun, answered) times of
     each, and the monotonic times and statuses of the other answers
-    (errors; status 0 when none came)."""
+    (errors; status 0 when none came). With targets (names of orchestrator
+    instances in sy.ports), `threads` threads post to each of them, and
+    every answer is also kept as (target, begun, answered, status)."""
 
-    def __init__(self, sy, threads=3):
+    def __init__(self, sy, threads=3, targets=None):
         self.sy = sy
         self.accepted = {}
         self.spans = []
         self.error_times = []
         self.statuses = {}  # status of the answers other than 201 (0: none)
+        self.answers = []
         self.mu = threading.Lock()
         self.stopping = threading.Event()
-        self.threads = [threading.Thread(target=self.loop, args=(k,)) for k in range(threads)]
+        pairs = [(t, k) for t in (targets or [None]) for k in range(threads)]
+        self.threads = [threading.Thread(target=self.loop, args=(i, t))
+                        for i, (t, _) in enumerate(pairs)]
 
     @property
     def errors(self):
         with self.mu:
             return len(self.error_times)
 
-    def loop(self, k):
+    def loop(self, k, target):
         n = 0
+        via = {"via": target} if target else {}
         while not self.stopping.is_set():
             n += 1
             begun = time.monotonic()
             try:
                 r = self.sy.order(str(uuid.uuid4()), customer="c-%d-%d" % (k, n % 20),
-                                  amount=100 + n % 50)
+                                  amount=100 + n % 50, **via)
             except OSError:
                 r = None
             now = time.monotonic()
             with self.mu:
+                self.answers.append((target, begun, now, r.status if r is not None else 0))
                 if r is not None and r.status == 201:
                     self.accepted[r.json()["sagaId"]] = now
                     self.spans.append((begun, now))
@@ -125,6 +147,20 @@ class Client:
         with self.mu:
             return sum(1 for t in self.error_times if t0 <= t <= t1)
 
+    def answered(self, target, t0, t1=float("inf")):
+        """(begun, answered, status) of the orders posted to target and
+        answered within [t0, t1]."""
+        with self.mu:
+            return [(b, a, st) for t, b, a, st in self.answers if t == target and t0 <= a <= t1]
+
+    def first_201(self, target, begun_after):
+        """Monotonic time of the first 201 from target to an order posted
+        after begun_after, or None."""
+        with self.mu:
+            ts = [a for t, b, a, st in self.answers
+                  if t == target and st == 201 and b >= begun_after]
+        return min(ts) if ts else None
+
 
 def wait_progress(client, more, timeout):
     """True when `more` orders more than now got their 201 within timeout."""
@@ -133,14 +169,51 @@ def wait_progress(client, more, timeout):
 
 
 def metric_sum(sy, name):
-    """The sum of a metric's series over the three services."""
+    """The sum of a metric's series over the services (every instance in
+    sy.ports)."""
     total = 0.0
     for s in sy.ports:
-        r = request(sy.ports[s], "GET", "/metrics")
+        r = request(sy.ports[s], "GET", "/metrics", host=sy.addr(s))
         for line in r.body.decode().splitlines():
             if line.startswith(name + " ") or line.startswith(name + "{"):
                 total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def readyz(sy, s="orchestrator"):
+    """Service s's /readyz as a dict when it answers 200, else {}."""
+    try:
+        r = request(sy.ports[s], "GET", "/readyz", timeout=5, host=sy.addr(s))
+        return r.json() if r.status == 200 else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def first_completion_after(sy, wall):
+    """Seconds from wall (epoch) to the first saga created after it and
+    completed, or None."""
+    v = sy.scalar("SELECT extract(epoch FROM min(updated_at)) FROM orchestrator.saga_instances"
+                  " WHERE state = 'Completed' AND created_at > to_timestamp(%f)" % wall)
+    return float(v) - wall if v else None
+
+
+def log_event(sy, s, what, after):
+    """Epoch time of the first log line of service s whose message begins
+    with what ("amqp: connection lost", "database connection lost") logged
+    after `after`, or None."""
+    try:
+        with open(sy.log_path(s), encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if '"' + what not in line:
+                    continue
+                ts = json.loads(line).get("ts", "")
+                t = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
+                t += float("0" + ts[19:23]) if ts[19:20] == "." else 0.0
+                if t > after:
+                    return t
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 TERMINAL = ("Completed", "Failed", "Compensated")

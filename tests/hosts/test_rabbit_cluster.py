@@ -31,7 +31,6 @@ about 6 minutes on a quiet 2-core machine, 10 on a busy one, most of it
 starting RabbitMQ nodes.
 """
 
-import calendar
 import json
 import os
 import subprocess
@@ -39,8 +38,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hostslib import (HOSTS, Client, log, metric_sum, setns, wait,  # noqa: E402
-                      verify_history, wait_progress)
+from hostslib import (HOSTS, Client, first_completion_after, log, log_event,  # noqa: E402
+                      metric_sum, readyz, setns, verify_history, wait, wait_progress)
 from opslib import BUILD, SRC, Checks, System, die, request  # noqa: E402
 
 NODE = os.path.join(SRC, "scripts", "rabbit-node")
@@ -110,27 +109,11 @@ class Cluster:
         self.run(HOSTS, "down", self.hosts, check=False)
 
 
-def readyz(sy, s="orchestrator"):
-    try:
-        r = request(sy.ports[s], "GET", "/readyz", timeout=5)
-        return r.json() if r.status == 200 else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def node_index(cl, node):
     for i, a in enumerate(cl.addrs):
         if node == a + ":5672":
             return i
     return None
-
-
-def first_completion_after(sy, wall):
-    """Seconds from wall (epoch) to the first saga created after it and
-    completed, or None."""
-    v = sy.scalar("SELECT extract(epoch FROM min(updated_at)) FROM orchestrator.saga_instances"
-                  " WHERE state = 'Completed' AND created_at > to_timestamp(%f)" % wall)
-    return float(v) - wall if v else None
 
 
 def main():
@@ -203,10 +186,10 @@ def run_faults(cl, sy, client, checks):
     checks.ok(wait_progress(client, 30, 120), "orders are accepted after the SIGKILL")
     # the node died when the orchestrator's connection broke (a socket error,
     # not a close): the kill script itself may take seconds on a busy machine
-    lost = wait(lambda: link_event(sy, "orchestrator", "connection lost", before), 30, 0.5)
+    lost = wait(lambda: log_event(sy, "orchestrator", "amqp: connection lost", before), 30, 0.5)
     checks.ok(lost is not None, "the orchestrator's log tells when its connection broke")
     lost = lost or before
-    back = link_event(sy, "orchestrator", "connected to", lost)
+    back = log_event(sy, "orchestrator", "amqp: connected to", lost)
     first = wait(lambda: first_completion_after(sy, lost), 120, 0.5)
     checks.ok(first is not None, "a saga begun after the SIGKILL completes")
     if first is None:
@@ -343,24 +326,6 @@ def running_nodes(cl, i):
         return json.loads(r.stdout).get("running_nodes", []) if r.returncode == 0 else []
     except ValueError:
         return []
-
-
-def link_event(sy, s, what, after):
-    """Epoch time of the first "amqp: <what>" line of service s logged after
-    `after`, or None."""
-    try:
-        with open(sy.log_path(s), encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if '"amqp: ' + what not in line:
-                    continue
-                ts = json.loads(line).get("ts", "")
-                t = calendar.timegm(time.strptime(ts[:19], "%Y-%m-%dT%H:%M:%S"))
-                t += float("0" + ts[19:23]) if ts[19:20] == "." else 0.0
-                if t > after:
-                    return t
-    except (OSError, ValueError):
-        pass
-    return None
 
 
 def link_events(sy, s, what):

@@ -120,10 +120,10 @@ class Response:
         return "HTTP %s %r" % (self.status, self.body[:300])
 
 
-def request(port, method, path, body=None, headers=None, timeout=15):
-    """One request on a new connection. body: bytes, str, or a value sent as
-    JSON. Returns a Response; status 0 when the connection closed without
-    an answer."""
+def request(port, method, path, body=None, headers=None, timeout=15, host="127.0.0.1"):
+    """One request on a new connection to host:port. body: bytes, str, or a
+    value sent as JSON. Returns a Response; status 0 when the connection
+    closed without an answer."""
     h = dict(headers or {})
     if body is not None and not isinstance(body, (bytes, str)):
         body = json.dumps(body)
@@ -131,7 +131,7 @@ def request(port, method, path, body=None, headers=None, timeout=15):
         body = body.encode("utf-8")
     if body is not None:
         h.setdefault("Content-Type", "application/json")
-    conn = httpclient.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn = httpclient.HTTPConnection(host, port, timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=h)
         r = conn.getresponse()
@@ -249,6 +249,11 @@ class System:
         env.update(self.extra_env.get(s, {}))
         return env
 
+    def addr(self, s):
+        """The address service s listens on (a subclass may place services
+        elsewhere)."""
+        return "127.0.0.1"
+
     def log_path(self, s):
         return os.path.join(self.root, s + ".log")
 
@@ -266,7 +271,8 @@ class System:
                 die("saga-%s exited with %s; its log:\n%s" % (
                     s, self.procs[s].returncode, self.tail(s)))
             try:
-                if request(self.ports[s], "GET", "/readyz", timeout=2).status == 200:
+                if request(self.ports[s], "GET", "/readyz", timeout=2,
+                           host=self.addr(s)).status == 200:
                     return
             except OSError:
                 pass
@@ -346,11 +352,15 @@ class System:
     def internal(self):
         return {"Authorization": "Bearer " + self.token}
 
-    def order(self, key, customer="c-1", item="A001", qty=1, amount=1200, headers=None):
+    def order(self, key, customer="c-1", item="A001", qty=1, amount=1200, headers=None,
+              via="orchestrator"):
+        """POST /orders to the orchestrator (via: another instance's name in
+        ports, where a subclass runs several)."""
         h = {"Idempotency-Key": key}
         h.update(headers or {})
-        return request(self.ports["orchestrator"], "POST", "/orders",
-                    {"customerId": customer, "itemId": item, "qty": qty, "amount": amount}, h)
+        return request(self.ports[via], "POST", "/orders",
+                       {"customerId": customer, "itemId": item, "qty": qty, "amount": amount}, h,
+                       host=self.addr(via))
 
     def wait_terminal(self, timeout=30):
         """Waits until no saga is in a non-terminal state."""

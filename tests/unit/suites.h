@@ -16,5 +16,6 @@ Suite *httpc_suite(void);
 Suite *delivery_policy_suite(void);
 Suite *mq_nodes_suite(void);
 Suite *tls_suite(void);
+Suite *db_params_suite(void);
 
 #endif

@@ -337,22 +337,49 @@ static void conn_notice(void *arg, const PGresult *res)
 		return;
 	log_warn("database says %s: %s", sev ? sev : "?", msg ? msg : "");
 }
+/*
+ * A connection cut off by a partition goes silent: nothing resets it, and
+ * without these the kernel notices only after its retransmissions give up
+ * (tcp_retries2, 15 minutes and more) or, for an idle one, never. Until
+ * then the pool counts it as up and hands it statements, and the LISTEN
+ * connection waits for notifications that cannot come. See db.h.
+ */
+static const char *const conn_defaults[][2] = {
+	{ "keepalives", "1" },
+	{ "keepalives_idle", "4" },
+	{ "keepalives_interval", "2" },
+	{ "keepalives_count", "3" },
+	{ "tcp_user_timeout", "10000" },
+};
+
+void db_conn_params_add(struct db_conn_params *p, const char *key, const char *val)
+{
+	if (p->n >= DB_CONN_PARAMS_MAX)
+		abort();
+	p->keys[p->n] = key;
+	p->vals[p->n++] = val;
+	p->keys[p->n] = NULL;
+	p->vals[p->n] = NULL;
+}
+
+void db_conn_params_init(struct db_conn_params *p, const char *conninfo)
+{
+	p->n = 0;
+	/* before dbname: what conninfo sets itself wins (libpq: the last value counts) */
+	for (size_t i = 0; i < sizeof(conn_defaults) / sizeof(conn_defaults[0]); i++)
+		db_conn_params_add(p, conn_defaults[i][0], conn_defaults[i][1]);
+	db_conn_params_add(p, "dbname", conninfo ? conninfo : "");
+}
+
 static void conn_start(struct conn *c)
 {
-	const char *keys[5], *vals[5];
-	int n = 0;
+	struct db_conn_params p;
 
-	keys[n] = "dbname";
-	vals[n++] = c->pool ? c->pool->conninfo : c->listen->conninfo;
-	if (c->pool) {
-		keys[n] = "options";
-		vals[n++] = c->pool->options;
-	}
-	keys[n] = "fallback_application_name";
-	vals[n++] = "pgsaga";
-	keys[n] = NULL;
-	vals[n] = NULL;
-	c->pg = PQconnectStartParams(keys, vals, 1);
+	db_conn_params_init(&p, c->pool ? c->pool->conninfo : c->listen->conninfo);
+	if (c->pool)
+		db_conn_params_add(&p, "options", c->pool->options);
+	db_conn_params_add(&p, "fallback_application_name", "pgsaga");
+	c->pg = PQconnectStartParams(p.keys, p.vals, 1);
 	if (!c->pg || PQstatus(c->pg) == CONNECTION_BAD) {
 		conn_down(c, c->pg ? PQerrorMessage(c->pg) : "out of memory");
 		return;

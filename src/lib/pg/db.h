@@ -43,6 +43,34 @@ struct db_error {
 typedef void (*db_cb)(void *arg, PGresult *res, const struct db_error *err);
 
 /*
+ * The parameters every connection of a service is opened with, for libpq's
+ * PQconnectStartParams or PQconnectdbParams with expand_dbname = 1. First
+ * the defaults below, then conninfo (a connection string or URI, expanded
+ * by libpq; a setting it has overrides the default), then what
+ * db_conn_params_add appends (which overrides conninfo). keys and vals end
+ * with NULL; the strings are borrowed.
+ *
+ * The defaults: TCP keepalives (keepalives=1, keepalives_idle=4,
+ * keepalives_interval=2, keepalives_count=3) and tcp_user_timeout=10000
+ * (ms). A connection whose peer went silent (a network partition: no reset,
+ * no FIN) is then given up by the kernel 10 s after it last heard from the
+ * server, whether it is idle (probes at 4, 6 and 8 s go unanswered; the
+ * next one finds 10 s passed) or has a statement out (its data stays
+ * unacknowledged for 10 s), instead of after TCP's own retransmissions (15
+ * minutes and more), or never for an idle one. They apply to TCP
+ * connections only; libpq ignores them on a Unix-domain socket.
+ */
+#define DB_CONN_PARAMS_MAX 12
+struct db_conn_params {
+	const char *keys[DB_CONN_PARAMS_MAX + 1];
+	const char *vals[DB_CONN_PARAMS_MAX + 1];
+	int n;
+};
+void db_conn_params_init(struct db_conn_params *p, const char *conninfo);
+/* Appends key = val; aborts past DB_CONN_PARAMS_MAX (a programming error). */
+void db_conn_params_add(struct db_conn_params *p, const char *key, const char *val);
+
+/*
  * conninfo: a libpq connection string or URI. schema: set as search_path on
  * every connection, together with pgsaga.local_wake=on (see the outbox
  * trigger) and pgsaga.writer=service (a service's writes are effects, not an

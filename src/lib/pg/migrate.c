@@ -23,6 +23,7 @@
 
 #include <libpq-fe.h>
 
+#include "db.h"
 #include "log.h"
 
 /* The key is text so that each schema gets its own lock from hashtext(). */
@@ -641,7 +642,10 @@ int migrate_apply(const char *conninfo, const char *schema, const struct migrati
 		return -1;
 	}
 
-	mg.conn = PQconnectdb(conninfo != NULL ? conninfo : "");
+	struct db_conn_params params;
+
+	db_conn_params_init(&params, conninfo);
+	mg.conn = PQconnectdbParams(params.keys, params.vals, 1);
 	if (mg.conn == NULL) {
 		set_err(&mg, "connect: out of memory");
 		return -1;

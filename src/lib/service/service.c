@@ -44,7 +44,8 @@ static size_t common_vars(struct service *service, struct envcfg_var *v)
 
 #define VAR(...) (v[n++] = (struct envcfg_var){ __VA_ARGS__ })
 	VAR("DATABASE_URL", ENVCFG_STRING, &service->database_url, NULL, 0, 0,
-	    "libpq connection string or URI; connect as this service's role", false, true);
+	    "libpq connection string or URI; connect as this service's role (TCP keepalives and"
+	    " tcp_user_timeout=10000 are added unless it sets them)", false, true);
 	VAR("LISTEN_ADDR", ENVCFG_STRING, &service->listen_addr, service->spec->default_addr, 0, 0,
 	    "host:port of the HTTP server");
 	VAR("INTERNAL_TOKEN", ENVCFG_STRING, &service->token, NULL, 0, 0,

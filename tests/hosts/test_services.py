@@ -1,0 +1,423 @@
+"""Suite 'hosts': the services cut off from their database and from their
+broker, each on a host of its own (scripts/hosts: network namespaces),
+while orders keep coming.
+
+Hosts: 1 runs PostgreSQL (scripts/pg-cluster, listening on its address
+too: PG_NODE_IP), 2 a single RabbitMQ node (scripts/rabbit-node), 3
+orchestrator #1, 4 orchestrator #2 (a second instance of the same service,
+with the same database role) and inventory, 5 payment, 6 this test and its
+client (it moves into host 6's network namespace once the hosts are up;
+the cuts below spare it, so it reaches every service throughout). The
+services run with TRANSPORT=amqp and LEASE_MS=3000, so a claimed outbox
+row that its dispatcher cannot mark is taken over by the other
+orchestrator within the test.
+
+While a client posts orders without pause to both orchestrators (two
+threads each) and records every 201:
+  1. host 3 (orchestrator #1) is cut off from the database host for
+     DB_CUT_S (20) seconds while #2 goes on: orders keep being accepted
+     through #2, and the rows #1 had leased are taken over by #2. #1 must
+     notice (its /readyz says not ready: libpq's keepalives and
+     tcp_user_timeout, set by default, give a silent connection up after
+     about 10 s), answer meanwhile with 503 rather than leave an order
+     unanswered past the client's 15 s, and, healed, take orders again by
+     itself;
+  2. host 5 (payment) is cut off from the broker host for MQ_CUT_S (25)
+     seconds: longer than the AMQP heartbeat's two missed beats (20 s), so
+     payment's connection is lost for sure; healed, payment must connect
+     again by itself and the sagas that waited for it complete.
+Afterwards: every saga answered 201 exists and is terminal, the audit is
+clean, no effect ran twice, no dead letter (in the outboxes or in the
+broker's pgsaga.dead), no service restarted. Printed: the time from the
+cut to #1's /readyz not ready and to the first saga begun after the cut
+and completed (through #2), the orders #2 took during the cut, #1's
+answers meanwhile and the longest of them, the leases #2 took over, the
+time from the heal to #1's first 201, payment's lost connection and its
+reconnect after the heal, and the inbox duplicates absorbed.
+
+Root only: network namespaces. Everything made is removed at the end, and
+by a watchdog (scripts/hosts watch) when this test is SIGKILLed. About 2
+minutes on a busy 2-core machine.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from hostslib import (HOSTS, Client, first_completion_after, in_netns, log,  # noqa: E402
+                      log_event, metric_sum, readyz, run, setns, verify_history, wait,
+                      wait_progress)
+from opslib import BUILD, SRC, Checks, System, binary, die  # noqa: E402
+
+PG = os.path.join(SRC, "scripts", "pg-cluster")
+RABBIT = os.path.join(SRC, "scripts", "rabbit-node")
+DB_HOST, MQ_HOST, A, B, C, CLIENT_HOST = 1, 2, 3, 4, 5, 6
+LEASE_MS = 3000
+POOL = 8  # DB_POOL_SIZE's default
+DB_CUT_S = float(os.environ.get("HOSTS_DB_CUT_S", "20"))
+MQ_CUT_S = float(os.environ.get("HOSTS_MQ_CUT_S", "25"))
+
+# instance -> (service, host, port)
+INSTANCES = {
+    "orchestrator": ("orchestrator", A, 8080),
+    "orchestrator2": ("orchestrator", B, 8083),
+    "payment": ("payment", C, 8081),
+    "inventory": ("inventory", B, 8082),
+}
+
+
+def addr(host):
+    return "10.77.0.%d" % host
+
+
+class Hosts:
+    """The six hosts and the database and broker on hosts 1 and 2."""
+
+    def __init__(self, root):
+        self.dir = os.path.join(root, "hosts")
+        self.pg = os.path.join(root, "pg")
+        self.rabbit = os.path.join(root, "rabbit")
+
+    def on(self, host, *args, **kw):
+        return run(HOSTS, "run", self.dir, str(host), *args, **kw)
+
+    def up(self):
+        run(HOSTS, "up", self.dir, str(CLIENT_HOST))
+        # a SIGKILL of this test: the watchdog kills what runs on the hosts,
+        # removes them, the node's data and the cluster
+        run(HOSTS, "watch", self.dir, str(os.getpid()), "bash", "-c",
+            '"$1" destroy "$2"; "$3" destroy "$4"', "destroy",
+            RABBIT, self.rabbit, PG, self.pg)
+
+    def ns(self, host):
+        return "/run/netns/" + run(HOSTS, "ns", self.dir, str(host)).stdout.strip()
+
+    def start_pg(self):
+        self.on(DB_HOST, PG, "start", self.pg, "5432",
+                env=dict(os.environ, PGSAGA_FAST="1", PG_NODE_IP=addr(DB_HOST)))
+
+    def start_rabbit(self):
+        self.on(MQ_HOST, RABBIT, "start", self.rabbit, "5672",
+                env=dict(os.environ, RABBIT_NODE_IP=addr(MQ_HOST)))
+
+    def rabbitctl(self, *args):
+        return self.on(MQ_HOST, RABBIT, "ctl", self.rabbit, *args, check=False)
+
+    def partition(self, host, *others):
+        run(HOSTS, "partition", self.dir, str(host), *[str(o) for o in others])
+
+    def heal(self, host):
+        run(HOSTS, "heal", self.dir, str(host))
+
+    def down(self):
+        run(RABBIT, "destroy", self.rabbit, check=False)
+        run(PG, "destroy", self.pg, check=False)
+        run(HOSTS, "down", self.dir, check=False)
+
+
+class HostsSystem(System):
+    """opslib's System with the database on host 1 and the four service
+    instances on the hosts of INSTANCES, each started in its host's network
+    namespace."""
+
+    def __init__(self, hs, root):
+        super().__init__("hosts_services")
+        self.hs = hs
+        self.root = os.path.join(root, "services")
+        self.db = "pgsaga"
+        self.pg_port = 5432
+        self.ports = {i: port for i, (_, _, port) in INSTANCES.items()}
+        self.netns = {i: hs.ns(host) for i, (_, host, _) in INSTANCES.items()}
+
+    def url(self, role=None, db=None):
+        return "host=%s port=5432 dbname=%s user=%s connect_timeout=5" % (
+            addr(DB_HOST), db or self.db, role or "postgres")
+
+    def addr(self, s):
+        return addr(INSTANCES[s][1])
+
+    def start(self):
+        os.makedirs(self.root, exist_ok=True)
+        self.psql("CREATE DATABASE %s" % self.db, db="postgres")
+        self.psql_file(os.path.join(SRC, "sql", "bootstrap.sql"))
+        for s in INSTANCES:
+            self.start_service(s)
+        for s in INSTANCES:
+            self.wait_ready(s, timeout=120)
+
+    def urls(self, service):
+        return ",".join("http://%s:%d" % (addr(h), p) for (sv, h, p) in INSTANCES.values()
+                        if sv == service)
+
+    def service_env(self, s):
+        service = INSTANCES[s][0]
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PG", "FAULT_")) and k not in (
+                   "DATABASE_URL", "LISTEN_ADDR", "INTERNAL_TOKEN", "LOG_LEVEL")}
+        env.update({
+            "DATABASE_URL": "host=%s port=5432 dbname=%s user=saga_%s" % (
+                addr(DB_HOST), self.db, service),
+            "LISTEN_ADDR": "%s:%d" % (self.addr(s), self.ports[s]),
+            "INTERNAL_TOKEN": self.token,
+            "LOG_LEVEL": "info",
+            "TRANSPORT": "amqp",
+            "AMQP_URL": "amqp://guest:guest@%s:5672/%%2f" % addr(MQ_HOST),
+            "LEASE_MS": str(LEASE_MS),
+            "ORCHESTRATOR_URL": self.urls("orchestrator"),
+            "PAYMENT_URL": self.urls("payment"),
+            "INVENTORY_URL": self.urls("inventory"),
+        })
+        return env
+
+    def start_service(self, s):
+        with open(self.log_path(s), "ab") as out:
+            self.procs[s] = subprocess.Popen([binary(INSTANCES[s][0])], env=self.service_env(s),
+                                             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                             preexec_fn=in_netns(self.netns[s]))
+
+    def stop(self):
+        for s in list(self.procs):
+            self.stop_service(s)
+        if os.environ.get("OPS_KEEP_RUN") != "1":
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def main():
+    if os.geteuid() != 0:
+        die("the hosts suite makes network namespaces and must run as root (CI does);"
+            " run it with sudo, or leave it out: meson test --no-suite hosts")
+    checks = Checks("hosts-services")
+    root = os.path.join(BUILD, "tests", "hosts-run", "services-%d" % os.getpid())
+    os.makedirs(root)
+    hs = Hosts(root)
+    t_start = time.monotonic()
+    home_fd = os.open("/proc/%d/ns/net" % os.getpid(), os.O_RDONLY)
+    results = {}
+    try:
+        hs.up()
+        # from here on this process is on host 6 (scripts/hosts run still
+        # reaches every host)
+        setns(hs.ns(CLIENT_HOST))
+        log("hosts up; starting PostgreSQL on host %d and RabbitMQ on host %d"
+            % (DB_HOST, MQ_HOST))
+        errors = []
+        mq = threading.Thread(target=start_or_error, args=(hs.start_rabbit, errors))
+        mq.start()
+        start_or_error(hs.start_pg, errors)
+        mq.join()
+        if errors:
+            die("; ".join(errors))
+        log("database and broker up after %.0f s" % (time.monotonic() - t_start))
+        with HostsSystem(hs, root) as sy:
+            sy.psql("INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 1000000)"
+                    " ON CONFLICT (item_id) DO UPDATE SET available = 1000000")
+            pids = {s: p.pid for s, p in sy.procs.items()}
+            ok = wait(lambda: all(readyz(sy, s).get("broker") == "up" for s in INSTANCES), 60)
+            checks.ok(ok, "the four services connect to the broker")
+            client = Client(sy, threads=2, targets=["orchestrator", "orchestrator2"])
+            client.start()
+            try:
+                run_faults(hs, sy, client, checks, results)
+            finally:
+                client.stop()
+            log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
+                % (len(client.accepted), client.errors, client.statuses))
+            verify(hs, sy, client, pids, checks, results)
+    finally:
+        setns("/proc/self/fd/%d" % home_fd)
+        hs.down()
+        if os.environ.get("OPS_KEEP_RUN") != "1":
+            shutil.rmtree(root, ignore_errors=True)
+    log("took %.0f s" % (time.monotonic() - t_start))
+    checks.done()
+
+
+def start_or_error(start, errors):
+    """start(); what it raised is appended to errors (the broker starts in a
+    thread of its own while the database does)."""
+    try:
+        start()
+    except RuntimeError as e:
+        errors.append(str(e))
+
+
+def leased_rows(sy):
+    """The orchestrator's pending outbox rows under a lease now, as
+    (message_id, next_attempt_at) texts."""
+    return [tuple(r) for r in sy.psql(
+        "SELECT message_id, next_attempt_at FROM orchestrator.outbox_messages"
+        " WHERE processed_at IS NULL AND dead_at IS NULL AND next_attempt_at > now()")]
+
+
+def taken_over(sy, rows):
+    """How many of rows were delivered only once their lease had run out:
+    the dispatcher that held them (the one cut off) could not mark them,
+    and another claimed them again."""
+    if not rows:
+        return 0
+    path = os.path.join(sy.root, "leased.sql")
+    with open(path, "w") as f:
+        f.write("\\pset format unaligned\n\\pset tuples_only on\n")
+        f.write("CREATE TEMP TABLE leased (id uuid, lease_end timestamptz);\n")
+        f.write("COPY leased FROM stdin;\n%s\n\\.\n" % "\n".join("%s\t%s" % r for r in rows))
+        f.write("SELECT count(*) FROM leased l JOIN orchestrator.outbox_messages o"
+                " ON o.message_id = l.id WHERE o.processed_at >= l.lease_end;\n")
+    return int(sy.psql_file(path).strip().splitlines()[-1])
+
+
+def db_cut(hs, sy, client, checks, results):
+    """Fault 1: orchestrator #1's host cut off from the database host."""
+    log("partition: orchestrator #1 (host %d) cut off from the database (host %d) for %.0f s"
+        % (A, DB_HOST, DB_CUT_S))
+    hs.partition(A, DB_HOST)
+    t0, wall0 = time.monotonic(), time.time()
+    res = results["db_cut"] = {}
+    try:
+        res["leased_at_cut"] = leased = leased_rows(sy)
+        # #1 gives up its silent connections: /readyz not ready
+        down = wait(lambda: not readyz(sy, "orchestrator"), DB_CUT_S, 0.25)
+        t_down = time.monotonic() - t0
+        during = wait_progress(client, 20, max(1.0, DB_CUT_S - (time.monotonic() - t0)))
+        left = DB_CUT_S - (time.monotonic() - t0)
+        if left > 0:
+            time.sleep(left)
+    finally:
+        hs.heal(A)
+    t_heal = time.monotonic()
+    log("healed")
+    checks.ok(down, "orchestrator #1 reports it lost its database within the cut")
+    res["not_ready_after_s"] = round(t_down, 1) if down else None
+    through2 = [a for b, a, st in client.answered("orchestrator2", t0, t_heal) if st == 201]
+    checks.ok(during and through2, "orders are accepted through #2 during the cut: %d"
+              % len(through2))
+    res["accepted_by_2_during"] = len(through2)
+    res["first_201_by_2_s"] = round(min(through2) - t0, 1) if through2 else None
+    res["window"] = (t0, t_heal)  # for answers_of_1, once every answer is in
+    first = wait(lambda: first_completion_after(sy, wall0), 120, 0.5)
+    checks.ok(first is not None, "a saga begun after the cut completes")
+    res["first_completed_s"] = round(first, 1) if first is not None else None
+    # #1 comes back by itself
+    back = wait(lambda: client.first_201("orchestrator", t_heal), 120, 0.25)
+    checks.ok(back is not None, "orchestrator #1 takes orders again after the heal")
+    res["back_after_heal_s"] = round(back - t_heal, 1) if back else None
+    lost = log_event(sy, "orchestrator", "database connection lost", wall0)
+    res["connection_lost_after_s"] = round(lost - wall0, 1) if lost else None
+    log("db cut: #1 not ready %s s after the cut (first connection given up after %s s);"
+        " #2 accepted %d orders during the cut, the first %s s after it; the first saga"
+        " begun after the cut completed %s s after it; #1 took orders again %s s after"
+        " the heal"
+        % (res["not_ready_after_s"], res["connection_lost_after_s"], len(through2),
+           res["first_201_by_2_s"], res["first_completed_s"], res["back_after_heal_s"]))
+    checks.ok(wait_progress(client, 20, 120), "orders are accepted after the heal")
+
+
+def mq_cut(hs, sy, client, checks, results):
+    """Fault 2: payment's host cut off from the broker host."""
+    log("partition: payment (host %d) cut off from the broker (host %d) for %.0f s"
+        % (C, MQ_HOST, MQ_CUT_S))
+    hs.partition(C, MQ_HOST)
+    t0, wall0 = time.monotonic(), time.time()
+    res = results["mq_cut"] = {}
+    try:
+        down = wait(lambda: readyz(sy, "payment").get("broker") == "down", MQ_CUT_S, 0.25)
+        t_down = time.monotonic() - t0
+        during = wait_progress(client, 20, max(1.0, MQ_CUT_S - (time.monotonic() - t0)))
+        left = MQ_CUT_S - (time.monotonic() - t0)
+        if left > 0:
+            time.sleep(left)
+    finally:
+        hs.heal(C)
+    t_heal, wall_heal = time.monotonic(), time.time()
+    log("healed")
+    checks.ok(during, "orders are accepted while payment is cut off from the broker")
+    checks.ok(down, "payment reports its broker down within the cut")
+    res["down_after_s"] = round(t_down, 1) if down else None
+    up = wait(lambda: readyz(sy, "payment").get("broker") == "up", 120, 0.25)
+    checks.ok(up, "payment is connected to the broker again after the heal")
+    lost = log_event(sy, "payment", "amqp: connection lost", wall0)
+    again = log_event(sy, "payment", "amqp: connected to", lost or wall0)
+    checks.ok(lost is not None and again is not None,
+              "payment's log tells when its connection was lost and when it connected again")
+    res["lost_after_s"] = round(lost - wall0, 1) if lost else None
+    res["reconnected_after_heal_s"] = round(again - wall_heal, 1) if again else None
+    first = wait(lambda: first_completion_after(sy, wall0), 120, 0.5)
+    checks.ok(first is not None, "a saga begun during the cut completes")
+    res["first_completed_after_heal_s"] = (round(first - (wall_heal - wall0), 1)
+                                          if first is not None else None)
+    log("mq cut: payment's connection lost %s s after the cut (/readyz: broker down after"
+        " %s s), connected again %s s after the heal; the first saga begun after the cut"
+        " completed %s s after the heal"
+        % (res["lost_after_s"], res["down_after_s"], res["reconnected_after_heal_s"],
+           res["first_completed_after_heal_s"]))
+    checks.ok(wait_progress(client, 20, 120), "orders are accepted after the heal")
+
+
+def run_faults(hs, sy, client, checks, results):
+    checks.ok(wait_progress(client, 30, 120), "orders are accepted before any fault")
+    t = time.monotonic()
+    checks.ok(wait(lambda: client.first_201("orchestrator", t)
+                   and client.first_201("orchestrator2", t), 60),
+              "both orchestrators take orders")
+    db_cut(hs, sy, client, checks, results)
+    mq_cut(hs, sy, client, checks, results)
+
+
+def answers_of_1(client, checks, res):
+    """What orchestrator #1 answered to the orders posted to it before the
+    heal and answered after the cut, those in flight at the cut included
+    (the client stopped: every answer is in): an answer to each within the
+    client's 15 s (none with status 0), and 503 to each posted after the
+    cut."""
+    t0, t_heal = res.pop("window")
+    by1 = [(b, a, st) for b, a, st in client.answered("orchestrator", t0) if b < t_heal]
+    statuses = {}
+    for _, _, st in by1:
+        statuses[st] = statuses.get(st, 0) + 1
+    res["answers_of_1"] = statuses
+    res["in_flight_at_cut"] = sum(1 for b, _, _ in by1 if b < t0)
+    res["longest_answer_of_1_s"] = round(max((a - b for b, a, _ in by1), default=0), 1)
+    checks.ok(by1 and 0 not in statuses,
+              "orchestrator #1 answers every order posted to it during the cut (by status: %s)"
+              % statuses)
+    checks.ok(all(st == 503 for b, _, st in by1 if b >= t0),
+              "orchestrator #1 answers 503 to every order posted after the cut")
+    log("db cut: #1 answered %s to the orders posted before the heal and answered after the"
+        " cut (%d of them in flight at the cut), the slowest after %.1f s"
+        % (statuses, res["in_flight_at_cut"], res["longest_answer_of_1_s"]))
+
+
+def verify(hs, sy, client, pids, checks, results):
+    if "window" in results.get("db_cut", {}):
+        answers_of_1(client, checks, results["db_cut"])
+    n, completed = verify_history(sy, client, pids, checks)
+    q = hs.rabbitctl("list_queues", "-q", "--no-table-headers", "name", "messages")
+    dead_q = [line.split() for line in q.stdout.splitlines() if line.startswith("pgsaga.dead")]
+    checks.ok(q.returncode == 0 and dead_q and dead_q[0][1] == "0",
+              "pgsaga.dead is empty: %r" % q.stdout)
+    cut = results.get("db_cut", {})
+    leased = cut.pop("leased_at_cut", [])
+    cut["leased_at_cut"] = len(leased)
+    cut["taken_over"] = taken_over(sy, leased)
+    # the server's side of #1's connections given up during the cut: nothing
+    # tells an idle backend its client is gone (the server's own keepalives
+    # are the system's, two hours)
+    cut["backends_of_1"] = int(sy.scalar("SELECT count(*) FROM pg_stat_activity"
+                                         " WHERE client_addr = '%s'" % addr(A)))
+    dups = metric_sum(sy, "saga_inbox_duplicates_total")
+    log("RESULT sagas=%d completed=%d other-answers=%d inbox-duplicates-absorbed=%.0f"
+        " leases-taken-over=%d (of %d leased at the cut) backends-of-#1=%d (its pool and"
+        " LISTEN connection: %d)"
+        % (n, completed, client.errors, dups, cut["taken_over"], cut["leased_at_cut"],
+           cut["backends_of_1"], POOL + 1))
+    print(json.dumps({"sagas": n, "completed": completed, "errors": client.errors,
+                      "statuses": client.statuses, "inbox_duplicates": dups,
+                      "faults": results}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
