@@ -81,8 +81,9 @@ class Client:
     instances in sy.ports), `threads` threads post to each of them, and
     every answer is also kept as (target, begun, answered, status)."""
 
-    def __init__(self, sy, threads=3, targets=None):
+    def __init__(self, sy, threads=3, targets=None, timeout=15):
         self.sy = sy
+        self.timeout = timeout  # seconds an order waits for its answer
         self.accepted = {}
         self.spans = []
         self.error_times = []
@@ -107,7 +108,7 @@ class Client:
             begun = time.monotonic()
             try:
                 r = self.sy.order(str(uuid.uuid4()), customer="c-%d-%d" % (k, n % 20),
-                                  amount=100 + n % 50, **via)
+                                  amount=100 + n % 50, timeout=self.timeout, **via)
             except OSError:
                 r = None
             now = time.monotonic()

@@ -20,7 +20,7 @@ threads each) and records every 201:
      notice (its /readyz says not ready: libpq's keepalives and
      tcp_user_timeout, set by default, give a silent connection up after
      about 10 s), answer meanwhile with 503 rather than leave an order
-     unanswered past the client's 15 s, and, healed, take orders again by
+     unanswered past the client's 30 s, and, healed, take orders again by
      itself;
   2. host 5 (payment) is cut off from the broker host for MQ_CUT_S (25)
      seconds: longer than the AMQP heartbeat's two missed beats (20 s), so
@@ -61,6 +61,7 @@ LEASE_MS = 3000
 POOL = 8  # DB_POOL_SIZE's default
 DB_CUT_S = float(os.environ.get("HOSTS_DB_CUT_S", "20"))
 MQ_CUT_S = float(os.environ.get("HOSTS_MQ_CUT_S", "25"))
+CLIENT_TIMEOUT_S = 30
 
 # instance -> (service, host, port)
 INSTANCES = {
@@ -219,7 +220,12 @@ def main():
             pids = {s: p.pid for s, p in sy.procs.items()}
             ok = wait(lambda: all(readyz(sy, s).get("broker") == "up" for s in INSTANCES), 60)
             checks.ok(ok, "the four services connect to the broker")
-            client = Client(sy, threads=2, targets=["orchestrator", "orchestrator2"])
+            # an order #1 holds when the cut begins is answered (503) once its
+            # pool has given its connections up, 12-13 s later on a loaded
+            # machine: the client waits 30 s, so that a slow answer is not
+            # taken for none
+            client = Client(sy, threads=2, targets=["orchestrator", "orchestrator2"],
+                            timeout=CLIENT_TIMEOUT_S)
             client.start()
             try:
                 run_faults(hs, sy, client, checks, results)
@@ -278,7 +284,7 @@ def db_cut(hs, sy, client, checks, results):
     t0, wall0 = time.monotonic(), time.time()
     res = results["db_cut"] = {}
     try:
-        res["leased_at_cut"] = leased = leased_rows(sy)
+        res["leased_at_cut"] = leased_rows(sy)
         # #1 gives up its silent connections: /readyz not ready
         down = wait(lambda: not readyz(sy, "orchestrator"), DB_CUT_S, 0.25)
         t_down = time.monotonic() - t0
@@ -332,7 +338,7 @@ def mq_cut(hs, sy, client, checks, results):
             time.sleep(left)
     finally:
         hs.heal(C)
-    t_heal, wall_heal = time.monotonic(), time.time()
+    wall_heal = time.time()
     log("healed")
     checks.ok(during, "orders are accepted while payment is cut off from the broker")
     checks.ok(down, "payment reports its broker down within the cut")
@@ -371,7 +377,7 @@ def answers_of_1(client, checks, res):
     """What orchestrator #1 answered to the orders posted to it before the
     heal and answered after the cut, those in flight at the cut included
     (the client stopped: every answer is in): an answer to each within the
-    client's 15 s (none with status 0), and 503 to each posted after the
+    client's 30 s (none with status 0), and 503 to each posted after the
     cut."""
     t0, t_heal = res.pop("window")
     by1 = [(b, a, st) for b, a, st in client.answered("orchestrator", t0) if b < t_heal]

@@ -353,14 +353,14 @@ class System:
         return {"Authorization": "Bearer " + self.token}
 
     def order(self, key, customer="c-1", item="A001", qty=1, amount=1200, headers=None,
-              via="orchestrator"):
+              via="orchestrator", timeout=15):
         """POST /orders to the orchestrator (via: another instance's name in
         ports, where a subclass runs several)."""
         h = {"Idempotency-Key": key}
         h.update(headers or {})
         return request(self.ports[via], "POST", "/orders",
                        {"customerId": customer, "itemId": item, "qty": qty, "amount": amount}, h,
-                       host=self.addr(via))
+                       timeout=timeout, host=self.addr(via))
 
     def wait_terminal(self, timeout=30):
         """Waits until no saga is in a non-terminal state."""
