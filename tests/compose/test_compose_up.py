@@ -55,6 +55,17 @@ pg_hba.conf entry ... no encryption") from the compose network, accepts
 `sslmode=verify-full` against the CA by its service name, and every session
 of the three services' roles is over TLS (pg_stat_ssl).
 
+With `--tls --profile amqp` (README, "TLS in containers", over RabbitMQ),
+both: the tls override, the amqp profile and TRANSPORT=amqp, RabbitMQ TLS
+only (docker/rabbitmq-tls.sh). The checks of `--tls` but the order and the
+orchestrator's client handshakes (it calls no peer over https:// here), the
+checks of `--profile amqp` with every request over HTTPS, and: every broker
+connection is TLS and presents its service's certificate (`rabbitmqctl
+list_connections ssl peer_cert_subject`), rabbitmq:5672 refuses a
+connection from the orchestrator's container, and there `openssl s_client`
+with the orchestrator's certificate gets the AMQP connection.start frame
+for the protocol header, without a certificate nothing.
+
 Standard library only; Debian's /usr/bin/python3.
 """
 
@@ -212,8 +223,16 @@ class Stack:
         self.env.pop("COMPOSE_PROJECT_NAME", None)
         self.env.pop("COMPOSE_FILE", None)
         self.port = port
+        self.https = None     # an HTTPS once the run's certificates are made
         self.volumes = set()  # every volume a container of the project mounted
         self.before = None    # container ids before the build
+
+    def request(self, method, path, body=None, headers=None):
+        """A request to the published port: over HTTPS with the client
+        certificate when the stack runs with the tls file, else plain."""
+        if self.https:
+            return self.https.request(method, path, body=body, headers=headers)
+        return request(self.port, method, path, body=body, headers=headers)
 
     def ids(self):
         return run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="
@@ -401,10 +420,10 @@ def seeded_stock():
     return {item: int(n) for item, n in re.findall(r"\(\s*'([\w-]+)'\s*,\s*(\d+)\s*\)", sql)}
 
 
-def wait_terminal(port, saga_id, timeout=90):
+def wait_terminal(stack, saga_id, timeout=90):
     deadline = time.monotonic() + timeout
     while True:
-        r = request(port, "GET", "/orders/" + saga_id)
+        r = stack.request("GET", "/orders/" + saga_id)
         state = r.json().get("state") if r.status == 200 else None
         if state in TERMINAL or time.monotonic() > deadline:
             return r
@@ -427,7 +446,7 @@ class Tour:
     def curl(self, argv):
         method, path, headers, body = parse_curl(argv)
         path = path.replace("<sagaId>", self.last_saga or "none")
-        r = request(self.stack.port, method, path, body=body, headers=headers)
+        r = self.stack.request(method, path, body=body, headers=headers)
         log("%s %s -> %s %s" % (method, path, r.status, r.body[:200]))
         if method == "POST" and path == "/orders":
             self.order(headers.get("Idempotency-Key"), json.loads(body), r)
@@ -443,7 +462,7 @@ class Tour:
             saga = r.json()["sagaId"]
             self.first[key] = (value, saga)
             self.last_saga = saga
-            final = wait_terminal(self.stack.port, saga)
+            final = wait_terminal(self.stack, saga)
             state = final.json().get("state") if final.status == 200 else final
             enough = self.stock.get(value["itemId"], 0) >= value["qty"]
             want = "Completed" if enough else "Compensated"
@@ -524,26 +543,26 @@ def check_users(stack):
 
 def after_restart(stack, sagas):
     for saga, state in sagas.items():
-        r = request(stack.port, "GET", "/orders/" + saga)
+        r = stack.request("GET", "/orders/" + saga)
         checks.ok(r.status == 200 and r.json().get("state") == state,
                   "after down and up, saga %s is still %s (%r)" % (saga, state, r))
-    r = request(stack.port, "POST", "/orders", body={"customerId": "c-restart", "itemId": "A001",
-                                                     "qty": 1, "amount": 100},
-                headers={"Idempotency-Key": "compose-after-restart"})
+    r = stack.request("POST", "/orders", body={"customerId": "c-restart", "itemId": "A001",
+                                               "qty": 1, "amount": 100},
+                      headers={"Idempotency-Key": "compose-after-restart"})
     if checks.ok(r.status == 201, "an order after the restart: %r" % r):
-        final = wait_terminal(stack.port, r.json()["sagaId"])
+        final = wait_terminal(stack, r.json()["sagaId"])
         checks.ok(final.status == 200 and final.json().get("state") == "Completed",
                   "the order after the restart completes (%r)" % final)
 
 
 def order(stack, key, item):
     """An order of one unit; its final state, or None."""
-    r = request(stack.port, "POST", "/orders", body={"customerId": "c-compose", "itemId": item,
-                                                     "qty": 1, "amount": 100},
-                headers={"Idempotency-Key": key})
+    r = stack.request("POST", "/orders", body={"customerId": "c-compose", "itemId": item,
+                                               "qty": 1, "amount": 100},
+                      headers={"Idempotency-Key": key})
     if not checks.ok(r.status == 201, "order %s: %r" % (key, r)):
         return None
-    final = wait_terminal(stack.port, r.json()["sagaId"])
+    final = wait_terminal(stack, r.json()["sagaId"])
     return final.json().get("state") if final.status == 200 else None
 
 
@@ -567,9 +586,9 @@ def amqp_run(stack, services, timings):
     """The amqp profile: the services on the broker, sagas through it."""
     t = time.monotonic()
     for s in SAGA_SERVICES:
-        r = run(stack.exec_argv(s, "printenv", "TRANSPORT"), 60, stack.env)
+        r = stack.docker_exec(s, "printenv", "TRANSPORT")
         checks.ok(r.stdout.strip() == "amqp", "%s has TRANSPORT=amqp (%r)" % (s, r.stdout))
-    r = request(stack.port, "GET", "/readyz")
+    r = stack.request("GET", "/readyz")
     checks.ok(r.status == 200 and (r.json() if r.body else {}).get("broker") == "up",
               "orchestrator /readyz: 200, broker up (%r)" % r)
     stock = seeded_stock()
@@ -580,14 +599,13 @@ def amqp_run(stack, services, timings):
                   % (item, stock.get(item), state, want))
     # the orchestrator's own count: what it published and received went
     # through the broker (its /metrics is on the published port)
-    text = request(stack.port, "GET", "/metrics").body.decode("utf-8", "replace")
+    text = stack.request("GET", "/metrics").body.decode("utf-8", "replace")
     for series in ('saga_amqp_publishes_total{outcome="confirmed"}',
                    'saga_amqp_deliveries_total{outcome="acked"}'):
         m = re.search(r"^%s (\d+)" % re.escape(series), text, re.M)
         checks.ok(m is not None and int(m.group(1)) > 0, "orchestrator metric %s > 0 (%s)"
                   % (series, m.group(1) if m else "absent"))
-    r = run(stack.exec_argv("rabbitmq", "rabbitmqctl", "-q", "list_queues", "name"),
-            60, stack.env)
+    r = stack.docker_exec("rabbitmq", "rabbitmqctl", "-q", "list_queues", "name")
     queues = set(r.stdout.split())
     for s in SAGA_SERVICES:
         checks.ok("pgsaga." + s in queues, "the broker has the queue pgsaga.%s (%r)"
@@ -655,11 +673,12 @@ def make_certs(tls_dir):
     must([os.path.join(SRC, "scripts", "certs"), "issue", tls_dir, "tester"], 60)
 
 
-def tls_run(stack, tls_dir, timings):
+def tls_run(stack, timings, amqp):
     """The tls override: HTTPS only with client certificates, the peers
-    over https://, PostgreSQL TLS only."""
+    over https:// (over the broker instead with amqp: amqps_run), PostgreSQL
+    TLS only."""
     t = time.monotonic()
-    https = HTTPS(stack.port, tls_dir)
+    https = stack.https
     # payment and inventory, not published, on the compose network: their
     # health check's HTTPS request answers, its plain one does not
     for s, port in (("payment", 8081), ("inventory", 8082)):
@@ -671,29 +690,19 @@ def tls_run(stack, tls_dir, timings):
                               env=addr)
         checks.ok(r.returncode == 1, "%s gives plain HTTP no answer (health check exit %d)"
                   % (s, r.returncode))
-    r = https.request("POST", "/orders",
-                      body={"customerId": "c-tls", "itemId": "A001", "qty": 1, "amount": 100},
-                      headers={"Idempotency-Key": "compose-tls-A001"})
-    state = None
-    if checks.ok(r.status == 201, "an order over HTTPS with a client certificate: %r %s"
-                 % (r, r.headers.get("error", ""))):
-        saga = r.json()["sagaId"]
-        deadline = time.monotonic() + 90
-        while True:
-            final = https.request("GET", "/orders/" + saga)
-            state = final.json().get("state") if final.status == 200 else None
-            if state in TERMINAL or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        checks.ok(state == "Completed", "the order over HTTPS: %s, want Completed (%r)"
-                  % (state, final))
-        checks.ok(final.header("Strict-Transport-Security") is not None,
-                  "answers over HTTPS carry Strict-Transport-Security (%r)" % final.headers)
-    # the orchestrator called payment and inventory over https://
-    text = https.request("GET", "/metrics").body.decode("utf-8", "replace")
-    client = sum(int(n) for n in re.findall(
-        r'^saga_tls_handshakes_total\{[^}]*side="client"[^}]*\} (\d+)', text, re.M))
-    checks.ok(client > 0, "orchestrator made TLS client handshakes to its peers: %d" % client)
+    r = https.request("GET", "/healthz")
+    checks.ok(r.status == 200 and r.header("Strict-Transport-Security") is not None,
+              "answers over HTTPS carry Strict-Transport-Security (%r %r)" % (r, r.headers))
+    if not amqp:
+        state = order(stack, "compose-tls-A001", "A001")
+        checks.ok(state == "Completed", "an order over HTTPS with a client certificate: %s,"
+                  " want Completed" % state)
+        # the orchestrator called payment and inventory over https://
+        text = https.request("GET", "/metrics").body.decode("utf-8", "replace")
+        client = sum(int(n) for n in re.findall(
+            r'^saga_tls_handshakes_total\{[^}]*side="client"[^}]*\} (\d+)', text, re.M))
+        checks.ok(client > 0, "orchestrator made TLS client handshakes to its peers: %d"
+                  % client)
     # clear text gets no HTTP answer
     got = plain_answer(stack.port)
     checks.ok(got is not None and re.match(rb"HTTP/1\.[01] \d{3}", got) is None,
@@ -735,14 +744,58 @@ def tls_run(stack, tls_dir, timings):
     timings["checks over TLS"] = time.monotonic() - t
 
 
-def main(profile):
+# What `openssl s_client` in the orchestrator's container gets back from the
+# broker's TLS port for the AMQP 0-9-1 protocol header, as hex: a broker
+# that accepted the handshake answers with the frame of connection.start
+# (01 00 00 ...), one that did not closes the connection (nothing). Waits
+# for the answer or the close, not a fixed time; s_client then ends.
+AMQP_PROBE = r"""
+coproc S { exec timeout 20 openssl s_client -quiet -connect rabbitmq:5671 \
+    -verify_hostname rabbitmq -CAfile /run/secrets/ca.crt -verify_return_error %s 2>/dev/null; }
+exec 5<&"${S[0]}"
+printf 'AMQP\0\0\x09\x01' >&"${S[1]}"
+timeout 20 head -c 4 <&5 | od -An -tx1
+kill "$S_PID" 2>/dev/null
+true
+"""
+
+
+def amqps_run(stack, timings):
+    """The tls override with the amqp profile: the broker TLS only, each
+    service's connection over TLS with its own certificate."""
+    t = time.monotonic()
+    r = stack.docker_exec("rabbitmq", "rabbitmqctl", "-q", "list_connections",
+                          "--no-table-headers", "user", "ssl", "peer_cert_subject")
+    rows = [line.split("\t") for line in r.stdout.splitlines() if line.strip()]
+    checks.ok(r.returncode == 0 and len(rows) >= len(SAGA_SERVICES)
+              and all(len(row) == 3 and row[1] == "true" for row in rows),
+              "every broker connection is over TLS: %r" % r.stdout[-1000:])
+    subjects = {row[2] for row in rows if len(row) == 3}
+    for s in SAGA_SERVICES:
+        checks.ok("CN=" + s in subjects, "%s's broker connection presents its certificate"
+                  " (peer_cert_subject %r)" % (s, sorted(subjects)))
+    # no plain AMQP listener
+    r = stack.docker_exec("orchestrator", "bash", "-c", "exec 3<>/dev/tcp/rabbitmq/5672")
+    checks.ok(r.returncode != 0 and "refused" in r.stdout,
+              "plain AMQP to rabbitmq:5672 is refused (exit %d %r)" % (r.returncode, r.stdout))
+    # TLS without a client certificate gets no AMQP, with one it does
+    r = stack.docker_exec("orchestrator", "bash", "-c",
+                          AMQP_PROBE % '-cert "$TLS_CERT_FILE" -key "$TLS_KEY_FILE"')
+    checks.ok(r.stdout.split()[:3] == ["01", "00", "00"], "amqps with the orchestrator's"
+              " certificate: connection.start (%r)" % r.stdout)
+    r = stack.docker_exec("orchestrator", "bash", "-c", AMQP_PROBE % "")
+    checks.ok(r.returncode == 0 and r.stdout.split()[:1] != ["01"],
+              "amqps without a client certificate: no AMQP answer (%r)" % r.stdout)
+    timings["broker over TLS"] = time.monotonic() - t
+
+
+def main(amqp, tls):
     workdir = tempfile.mkdtemp(prefix="compose-test-")
     dockerd = None
     stack = None
     timings = {}
-    amqp = profile == "amqp"
-    tls = profile == "tls"
-    checks.name = "compose-" + (profile or "up")
+    checks.name = "compose-" + ("-".join(n for n, on in (("tls", tls), ("amqp", amqp)) if on)
+                                or "up")
     try:
         dockerd = start_dockerd(workdir)
         t = time.monotonic()
@@ -752,8 +805,10 @@ def main(profile):
         if tls:
             tls_dir = os.path.join(workdir, "tls")
             make_certs(tls_dir)
-        stack = Stack(free_port(), profiles=(profile,) if amqp else (),
+        stack = Stack(free_port(), profiles=("amqp",) if amqp else (),
                       transport="amqp" if amqp else "http", tls_dir=tls_dir)
+        if tls:
+            stack.https = HTTPS(stack.port, tls_dir)
         services = ["postgres", "seed"] + list(SAGA_SERVICES) + (["rabbitmq"] if amqp else [])
         stack.note_containers()
         old_image = image_id(SERVICE_IMAGE)
@@ -772,9 +827,13 @@ def main(profile):
             return
         timings["healthy"] = time.monotonic() - t
         if tls:
-            tls_run(stack, tls_dir, timings)
-        else:
-            (amqp_run if amqp else readme_run)(stack, services, timings)
+            tls_run(stack, timings, amqp)
+        if amqp:
+            amqp_run(stack, services, timings)
+        if tls and amqp:
+            amqps_run(stack, timings)
+        if not tls and not amqp:
+            readme_run(stack, services, timings)
     finally:
         if stack is not None:
             if checks.failed:
@@ -788,7 +847,9 @@ def main(profile):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] not in ([], ["--profile", "amqp"], ["--tls"]):
-        die("usage: test_compose_up.py [--profile amqp | --tls]")
-    main({"--profile": "amqp", "--tls": "tls"}.get(sys.argv[1]) if sys.argv[1:] else None)
+    args = sys.argv[1:]
+    with_tls = args[:1] == ["--tls"]
+    if args[with_tls:] not in ([], ["--profile", "amqp"]):
+        die("usage: test_compose_up.py [--tls] [--profile amqp]")
+    main(amqp=bool(args[with_tls:]), tls=with_tls)
     checks.done()
