@@ -55,9 +55,21 @@ pg_hba.conf entry ... no encryption") from the compose network, accepts
 `sslmode=verify-full` against the CA by its service name, and every session
 of the three services' roles is over TLS (pg_stat_ssl).
 
+With `--tls --profile amqp` (README, "TLS in containers", over RabbitMQ),
+both: the tls override, the amqp profile and TRANSPORT=amqp, RabbitMQ TLS
+only (docker/rabbitmq-tls.sh). The checks of `--tls` on the published port
+(the others do not depend on the transport), the checks of `--profile amqp`
+with every request over HTTPS (but the queues' names), and: every broker
+connection is TLS and presents its service's certificate (`rabbitmqctl
+list_connections ssl peer_cert_subject`), rabbitmq:5672 refuses a
+connection from the orchestrator's container, and there `openssl s_client`
+with the orchestrator's certificate gets the AMQP connection.start frame
+for the protocol header, without a certificate nothing.
+
 Standard library only; Debian's /usr/bin/python3.
 """
 
+import concurrent.futures
 import http.client as httpclient
 import json
 import os
@@ -212,8 +224,16 @@ class Stack:
         self.env.pop("COMPOSE_PROJECT_NAME", None)
         self.env.pop("COMPOSE_FILE", None)
         self.port = port
+        self.https = None     # an HTTPS once the run's certificates are made
         self.volumes = set()  # every volume a container of the project mounted
         self.before = None    # container ids before the build
+
+    def request(self, method, path, body=None, headers=None):
+        """A request to the published port: over HTTPS with the client
+        certificate when the stack runs with the tls file, else plain."""
+        if self.https:
+            return self.https.request(method, path, body=body, headers=headers)
+        return request(self.port, method, path, body=body, headers=headers)
 
     def ids(self):
         return run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project="
@@ -401,10 +421,10 @@ def seeded_stock():
     return {item: int(n) for item, n in re.findall(r"\(\s*'([\w-]+)'\s*,\s*(\d+)\s*\)", sql)}
 
 
-def wait_terminal(port, saga_id, timeout=90):
+def wait_terminal(stack, saga_id, timeout=90):
     deadline = time.monotonic() + timeout
     while True:
-        r = request(port, "GET", "/orders/" + saga_id)
+        r = stack.request("GET", "/orders/" + saga_id)
         state = r.json().get("state") if r.status == 200 else None
         if state in TERMINAL or time.monotonic() > deadline:
             return r
@@ -427,7 +447,7 @@ class Tour:
     def curl(self, argv):
         method, path, headers, body = parse_curl(argv)
         path = path.replace("<sagaId>", self.last_saga or "none")
-        r = request(self.stack.port, method, path, body=body, headers=headers)
+        r = self.stack.request(method, path, body=body, headers=headers)
         log("%s %s -> %s %s" % (method, path, r.status, r.body[:200]))
         if method == "POST" and path == "/orders":
             self.order(headers.get("Idempotency-Key"), json.loads(body), r)
@@ -443,7 +463,7 @@ class Tour:
             saga = r.json()["sagaId"]
             self.first[key] = (value, saga)
             self.last_saga = saga
-            final = wait_terminal(self.stack.port, saga)
+            final = wait_terminal(self.stack, saga)
             state = final.json().get("state") if final.status == 200 else final
             enough = self.stock.get(value["itemId"], 0) >= value["qty"]
             want = "Completed" if enough else "Compensated"
@@ -524,26 +544,26 @@ def check_users(stack):
 
 def after_restart(stack, sagas):
     for saga, state in sagas.items():
-        r = request(stack.port, "GET", "/orders/" + saga)
+        r = stack.request("GET", "/orders/" + saga)
         checks.ok(r.status == 200 and r.json().get("state") == state,
                   "after down and up, saga %s is still %s (%r)" % (saga, state, r))
-    r = request(stack.port, "POST", "/orders", body={"customerId": "c-restart", "itemId": "A001",
-                                                     "qty": 1, "amount": 100},
-                headers={"Idempotency-Key": "compose-after-restart"})
+    r = stack.request("POST", "/orders", body={"customerId": "c-restart", "itemId": "A001",
+                                               "qty": 1, "amount": 100},
+                      headers={"Idempotency-Key": "compose-after-restart"})
     if checks.ok(r.status == 201, "an order after the restart: %r" % r):
-        final = wait_terminal(stack.port, r.json()["sagaId"])
+        final = wait_terminal(stack, r.json()["sagaId"])
         checks.ok(final.status == 200 and final.json().get("state") == "Completed",
                   "the order after the restart completes (%r)" % final)
 
 
 def order(stack, key, item):
     """An order of one unit; its final state, or None."""
-    r = request(stack.port, "POST", "/orders", body={"customerId": "c-compose", "itemId": item,
-                                                     "qty": 1, "amount": 100},
-                headers={"Idempotency-Key": key})
+    r = stack.request("POST", "/orders", body={"customerId": "c-compose", "itemId": item,
+                                               "qty": 1, "amount": 100},
+                      headers={"Idempotency-Key": key})
     if not checks.ok(r.status == 201, "order %s: %r" % (key, r)):
         return None
-    final = wait_terminal(stack.port, r.json()["sagaId"])
+    final = wait_terminal(stack, r.json()["sagaId"])
     return final.json().get("state") if final.status == 200 else None
 
 
@@ -567,9 +587,9 @@ def amqp_run(stack, services, timings):
     """The amqp profile: the services on the broker, sagas through it."""
     t = time.monotonic()
     for s in SAGA_SERVICES:
-        r = run(stack.exec_argv(s, "printenv", "TRANSPORT"), 60, stack.env)
+        r = stack.docker_exec(s, "printenv", "TRANSPORT")
         checks.ok(r.stdout.strip() == "amqp", "%s has TRANSPORT=amqp (%r)" % (s, r.stdout))
-    r = request(stack.port, "GET", "/readyz")
+    r = stack.request("GET", "/readyz")
     checks.ok(r.status == 200 and (r.json() if r.body else {}).get("broker") == "up",
               "orchestrator /readyz: 200, broker up (%r)" % r)
     stock = seeded_stock()
@@ -580,18 +600,20 @@ def amqp_run(stack, services, timings):
                   % (item, stock.get(item), state, want))
     # the orchestrator's own count: what it published and received went
     # through the broker (its /metrics is on the published port)
-    text = request(stack.port, "GET", "/metrics").body.decode("utf-8", "replace")
+    text = stack.request("GET", "/metrics").body.decode("utf-8", "replace")
     for series in ('saga_amqp_publishes_total{outcome="confirmed"}',
                    'saga_amqp_deliveries_total{outcome="acked"}'):
         m = re.search(r"^%s (\d+)" % re.escape(series), text, re.M)
         checks.ok(m is not None and int(m.group(1)) > 0, "orchestrator metric %s > 0 (%s)"
                   % (series, m.group(1) if m else "absent"))
-    r = run(stack.exec_argv("rabbitmq", "rabbitmqctl", "-q", "list_queues", "name"),
-            60, stack.env)
-    queues = set(r.stdout.split())
-    for s in SAGA_SERVICES:
-        checks.ok("pgsaga." + s in queues, "the broker has the queue pgsaga.%s (%r)"
-                  % (s, sorted(queues)))
+    # (not again with tls: every rabbitmqctl call starts an Erlang VM, 20 s
+    # on a loaded machine, and amqps_run needs one)
+    if not stack.https:
+        r = stack.docker_exec("rabbitmq", "rabbitmqctl", "-q", "list_queues", "name")
+        queues = set(r.stdout.split())
+        for s in SAGA_SERVICES:
+            checks.ok("pgsaga." + s in queues, "the broker has the queue pgsaga.%s (%r)"
+                      % (s, sorted(queues)))
     timings["orders over amqp"] = time.monotonic() - t
 
 
@@ -655,45 +677,17 @@ def make_certs(tls_dir):
     must([os.path.join(SRC, "scripts", "certs"), "issue", tls_dir, "tester"], 60)
 
 
-def tls_run(stack, tls_dir, timings):
+def tls_run(stack, timings, amqp):
     """The tls override: HTTPS only with client certificates, the peers
-    over https://, PostgreSQL TLS only."""
+    over https://, PostgreSQL TLS only. With amqp, the checks of the
+    published port only: the rest does not depend on the transport (the
+    same listeners and DATABASE_URLs), compose-tls checks it, and each
+    `docker exec` costs seconds on a loaded machine."""
     t = time.monotonic()
-    https = HTTPS(stack.port, tls_dir)
-    # payment and inventory, not published, on the compose network: their
-    # health check's HTTPS request answers, its plain one does not
-    for s, port in (("payment", 8081), ("inventory", 8082)):
-        addr = {"LISTEN_ADDR": "%s:%d" % (s, port)}
-        r = stack.docker_exec("orchestrator", "saga-healthcheck", env=addr)
-        checks.ok(r.returncode == 0, "%s answers GET /readyz over HTTPS from the orchestrator's"
-                  " container (exit %d %r)" % (s, r.returncode, r.stdout[-300:]))
-        r = stack.docker_exec("orchestrator", "env", "-u", "TLS_CERT_FILE", "saga-healthcheck",
-                              env=addr)
-        checks.ok(r.returncode == 1, "%s gives plain HTTP no answer (health check exit %d)"
-                  % (s, r.returncode))
-    r = https.request("POST", "/orders",
-                      body={"customerId": "c-tls", "itemId": "A001", "qty": 1, "amount": 100},
-                      headers={"Idempotency-Key": "compose-tls-A001"})
-    state = None
-    if checks.ok(r.status == 201, "an order over HTTPS with a client certificate: %r %s"
-                 % (r, r.headers.get("error", ""))):
-        saga = r.json()["sagaId"]
-        deadline = time.monotonic() + 90
-        while True:
-            final = https.request("GET", "/orders/" + saga)
-            state = final.json().get("state") if final.status == 200 else None
-            if state in TERMINAL or time.monotonic() > deadline:
-                break
-            time.sleep(0.3)
-        checks.ok(state == "Completed", "the order over HTTPS: %s, want Completed (%r)"
-                  % (state, final))
-        checks.ok(final.header("Strict-Transport-Security") is not None,
-                  "answers over HTTPS carry Strict-Transport-Security (%r)" % final.headers)
-    # the orchestrator called payment and inventory over https://
-    text = https.request("GET", "/metrics").body.decode("utf-8", "replace")
-    client = sum(int(n) for n in re.findall(
-        r'^saga_tls_handshakes_total\{[^}]*side="client"[^}]*\} (\d+)', text, re.M))
-    checks.ok(client > 0, "orchestrator made TLS client handshakes to its peers: %d" % client)
+    https = stack.https
+    r = https.request("GET", "/healthz")
+    checks.ok(r.status == 200 and r.header("Strict-Transport-Security") is not None,
+              "answers over HTTPS carry Strict-Transport-Security (%r %r)" % (r, r.headers))
     # clear text gets no HTTP answer
     got = plain_answer(stack.port)
     checks.ok(got is not None and re.match(rb"HTTP/1\.[01] \d{3}", got) is None,
@@ -708,6 +702,28 @@ def tls_run(stack, tls_dir, timings):
     r = https.request("POST", "/events/NoSuchEvent", body={}, headers=auth)
     checks.ok(r.status not in (0, 401, 403),
               "the same with the client certificate gets past the check (%r)" % r)
+    if amqp:
+        timings["checks over TLS"] = time.monotonic() - t
+        return
+    # payment and inventory, not published, on the compose network: their
+    # health check's HTTPS request answers, its plain one does not
+    for s, port in (("payment", 8081), ("inventory", 8082)):
+        addr = {"LISTEN_ADDR": "%s:%d" % (s, port)}
+        r = stack.docker_exec("orchestrator", "saga-healthcheck", env=addr)
+        checks.ok(r.returncode == 0, "%s answers GET /readyz over HTTPS from the orchestrator's"
+                  " container (exit %d %r)" % (s, r.returncode, r.stdout[-300:]))
+        r = stack.docker_exec("orchestrator", "env", "-u", "TLS_CERT_FILE", "saga-healthcheck",
+                              env=addr)
+        checks.ok(r.returncode == 1, "%s gives plain HTTP no answer (health check exit %d)"
+                  % (s, r.returncode))
+    state = order(stack, "compose-tls-A001", "A001")
+    checks.ok(state == "Completed", "an order over HTTPS with a client certificate: %s,"
+              " want Completed" % state)
+    # the orchestrator called payment and inventory over https://
+    text = https.request("GET", "/metrics").body.decode("utf-8", "replace")
+    client = sum(int(n) for n in re.findall(
+        r'^saga_tls_handshakes_total\{[^}]*side="client"[^}]*\} (\d+)', text, re.M))
+    checks.ok(client > 0, "orchestrator made TLS client handshakes to its peers: %d" % client)
     # PostgreSQL: TLS only, from the compose network by its service name
     auditor = {"PGPASSWORD": stack.env.get("AUDITOR_DB_PASSWORD") or "pgsaga-local-auditor"}
     conn = "host=postgres port=5432 dbname=pgsaga user=saga_auditor "
@@ -735,14 +751,76 @@ def tls_run(stack, tls_dir, timings):
     timings["checks over TLS"] = time.monotonic() - t
 
 
-def main(profile):
+# From the orchestrator's container, in one `docker exec`: a connection to
+# rabbitmq:5672 (refused: no plain listener), then what `openssl s_client`
+# gets back from rabbitmq:5671 for the AMQP 0-9-1 protocol header, as hex,
+# with the orchestrator's certificate and without one. A broker that
+# accepted the handshake answers with the frame of connection.start
+# (01 00 00 ...), one that did not closes the connection (nothing). Each
+# probe waits for the answer or the close, not a fixed time.
+AMQP_PROBES = r"""
+probe() {
+    coproc S { exec timeout 20 openssl s_client -quiet -connect rabbitmq:5671 \
+        -verify_hostname rabbitmq -CAfile /run/secrets/ca.crt -verify_return_error "$@" \
+        2>/dev/null; }
+    exec 5<&"${S[0]}"
+    printf 'AMQP\0\0\x09\x01' >&"${S[1]}"
+    timeout 20 head -c 4 <&5 | od -An -tx1 | tr -d ' \n'
+    exec 5<&-
+    kill "$S_PID" 2>/dev/null
+    wait "$S_PID" 2>/dev/null
+    echo
+}
+if why=$( (exec 3<>/dev/tcp/rabbitmq/5672) 2>&1 ); then
+    echo "5672: open"
+else
+    echo "5672: ${why//$'\n'/ }"
+fi
+echo "with certificate: $(probe -cert "$TLS_CERT_FILE" -key "$TLS_KEY_FILE")"
+echo "without certificate: $(probe)"
+"""
+
+
+def amqps_run(stack, timings):
+    """The tls override with the amqp profile: the broker TLS only, each
+    service's connection over TLS with its own certificate. rabbitmqctl
+    (an Erlang VM to start: seconds) runs while the probes do."""
+    t = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        ctl = pool.submit(stack.docker_exec, "rabbitmq", "rabbitmqctl", "-q", "list_connections",
+                          "--no-table-headers", "user", "ssl", "peer_cert_subject")
+        probes = stack.docker_exec("orchestrator", "bash", "-c", AMQP_PROBES)
+        r = ctl.result()
+    rows = [line.split("\t") for line in r.stdout.splitlines() if line.strip()]
+    checks.ok(r.returncode == 0 and len(rows) >= len(SAGA_SERVICES)
+              and all(len(row) == 3 and row[1] == "true" for row in rows),
+              "every broker connection is over TLS: %r" % r.stdout[-1000:])
+    subjects = {row[2] for row in rows if len(row) == 3}
+    for s in SAGA_SERVICES:
+        checks.ok("CN=" + s in subjects, "%s's broker connection presents its certificate"
+                  " (peer_cert_subject %r)" % (s, sorted(subjects)))
+    got = {}
+    for line in probes.stdout.splitlines():
+        what, sep, answer = line.partition(": ")
+        if sep:
+            got[what] = answer.strip()
+    checks.ok(probes.returncode == 0 and "Connection refused" in got.get("5672", ""),
+              "no plain AMQP: rabbitmq:5672 refuses a connection (%r)" % probes.stdout)
+    checks.ok(got.get("with certificate", "").startswith("010000"),
+              "amqps with the orchestrator's certificate: connection.start (%r)"
+              % probes.stdout)
+    checks.ok("without certificate" in got and not got["without certificate"].startswith("01"),
+              "amqps without a client certificate: no AMQP answer (%r)" % probes.stdout)
+    timings["broker over TLS"] = time.monotonic() - t
+
+
+def main(amqp, tls):
     workdir = tempfile.mkdtemp(prefix="compose-test-")
     dockerd = None
     stack = None
     timings = {}
-    amqp = profile == "amqp"
-    tls = profile == "tls"
-    checks.name = "compose-" + (profile or "up")
+    checks.name = "compose-" + ("-".join(n for n, on in (("tls", tls), ("amqp", amqp)) if on)
+                                or "up")
     try:
         dockerd = start_dockerd(workdir)
         t = time.monotonic()
@@ -752,8 +830,10 @@ def main(profile):
         if tls:
             tls_dir = os.path.join(workdir, "tls")
             make_certs(tls_dir)
-        stack = Stack(free_port(), profiles=(profile,) if amqp else (),
+        stack = Stack(free_port(), profiles=("amqp",) if amqp else (),
                       transport="amqp" if amqp else "http", tls_dir=tls_dir)
+        if tls:
+            stack.https = HTTPS(stack.port, tls_dir)
         services = ["postgres", "seed"] + list(SAGA_SERVICES) + (["rabbitmq"] if amqp else [])
         stack.note_containers()
         old_image = image_id(SERVICE_IMAGE)
@@ -772,9 +852,13 @@ def main(profile):
             return
         timings["healthy"] = time.monotonic() - t
         if tls:
-            tls_run(stack, tls_dir, timings)
-        else:
-            (amqp_run if amqp else readme_run)(stack, services, timings)
+            tls_run(stack, timings, amqp)
+        if amqp:
+            amqp_run(stack, services, timings)
+        if tls and amqp:
+            amqps_run(stack, timings)
+        if not tls and not amqp:
+            readme_run(stack, services, timings)
     finally:
         if stack is not None:
             if checks.failed:
@@ -788,7 +872,9 @@ def main(profile):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] not in ([], ["--profile", "amqp"], ["--tls"]):
-        die("usage: test_compose_up.py [--profile amqp | --tls]")
-    main({"--profile": "amqp", "--tls": "tls"}.get(sys.argv[1]) if sys.argv[1:] else None)
+    args = sys.argv[1:]
+    with_tls = args[:1] == ["--tls"]
+    if args[with_tls:] not in ([], ["--profile", "amqp"]):
+        die("usage: test_compose_up.py [--tls] [--profile amqp]")
+    main(amqp=bool(args[with_tls:]), tls=with_tls)
     checks.done()
