@@ -202,8 +202,8 @@ if "tls_sagas_per_s" in rows[0]:
             r["tls_server_full_per_saga"], r["tls_server_resumed_per_saga"],
             r["tls_second_half_handshakes"]))
     print("(per saga over whole runs; cli: connections the services made to each other,"
-          " srv: those they accepted, saga-bench's own included; a run starts with the"
-          " connections idle since the last run, longer than HTTP_TIMEOUT_MS, made again."
+          " srv: those they accepted, saga-bench's own included: one per slot and run;"
+          " idle peer connections are kept 50 s, and each concurrency is warmed up first."
           " 2nd half: handshakes of both sides in the runs' second halves, a count)")
     bh = max(rows, key=lambda r: r["sagas_per_s"])
     bt = max(rows, key=lambda r: r["tls_sagas_per_s"])
