@@ -19,11 +19,25 @@ import time
 import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ops"))
-from opslib import SRC, die, request  # noqa: E402
+from opslib import BUILD, SRC, Checks, die, request  # noqa: E402
 
 HOSTS = os.path.join(SRC, "scripts", "hosts")
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
+
+
+def begin(name):
+    """The start of test hosts-NAME: root only (network namespaces); returns
+    its Checks, a new directory of its own under the build tree, and a
+    descriptor of this process's network namespace (the machine's), for
+    setns to come back to before the hosts are removed."""
+    if os.geteuid() != 0:
+        die("the hosts suite makes network namespaces and must run as root (CI does);"
+            " run it with sudo, or leave it out: meson test --no-suite hosts")
+    root = os.path.join(BUILD, "tests", "hosts-run", "%s-%d" % (name, os.getpid()))
+    os.makedirs(root)
+    return (Checks("hosts-" + name), root,
+            os.open("/proc/%d/ns/net" % os.getpid(), os.O_RDONLY))
 
 
 def log(msg):

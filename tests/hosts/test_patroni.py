@@ -31,16 +31,15 @@ by a watchdog (scripts/hosts watch) when this test is SIGKILLed.
 
 import json
 import os
-import shutil
 import sys
 import threading
 import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hostslib import (HOSTS, Client, log, metric_sum, run, setns, wait,  # noqa: E402
+from hostslib import (HOSTS, Client, begin, log, metric_sum, run, setns, wait,  # noqa: E402
                       verify_history, wait_progress)
-from opslib import BUILD, SERVICES, SRC, Checks, System, die  # noqa: E402
+from opslib import SERVICES, SRC, System, die  # noqa: E402
 
 NODE = os.path.join(SRC, "scripts", "patroni-node")
 MEMBERS = 3
@@ -179,23 +178,10 @@ class PatroniSystem(System):
         for s in SERVICES:
             self.wait_ready(s, timeout=120)
 
-    def stop(self):
-        for s in list(self.procs):
-            self.stop_service(s)
-        if os.environ.get("OPS_KEEP_RUN") != "1":
-            shutil.rmtree(self.root, ignore_errors=True)
-
-
 def main():
-    if os.geteuid() != 0:
-        die("the hosts suite makes network namespaces and must run as root (CI does);"
-            " run it with sudo, or leave it out: meson test --no-suite hosts")
-    checks = Checks("hosts-patroni")
-    root = os.path.join(BUILD, "tests", "hosts-run", "patroni-%d" % os.getpid())
-    os.makedirs(root)
+    checks, root, home_fd = begin("patroni")
     cl = Cluster(root)
     t_start = time.monotonic()
-    home_fd = os.open("/proc/%d/ns/net" % os.getpid(), os.O_RDONLY)
     results = {}
     try:
         cl.up()

@@ -34,14 +34,14 @@ starting RabbitMQ nodes.
 import glob
 import json
 import os
-import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hostslib import (HOSTS, Client, first_completion_after, log, log_event,  # noqa: E402
-                      metric_sum, readyz, setns, verify_history, wait, wait_progress)
-from opslib import BUILD, SRC, Checks, System, die, request  # noqa: E402
+from hostslib import (HOSTS, Client, begin, first_completion_after, log,  # noqa: E402
+                      log_event, metric_sum, readyz, run, setns, verify_history, wait,
+                      wait_progress)
+from opslib import SRC, System, request  # noqa: E402
 
 NODE = os.path.join(SRC, "scripts", "rabbit-node")
 NODES = 3
@@ -59,22 +59,14 @@ class Cluster:
         self.dirs = [os.path.join(root, "rabbit%d" % i) for i in range(1, NODES + 1)]
         self.addrs = ["10.77.0.%d" % i for i in range(1, NODES + 1)]
 
-    def run(self, *args, check=True, env=None):
-        r = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=env)
-        if check and r.returncode != 0:
-            raise RuntimeError("%s failed (%d): %s%s" % (" ".join(args), r.returncode,
-                                                        r.stdout, r.stderr))
-        return r
-
     def on(self, host, *args, **kw):
-        return self.run(HOSTS, "run", self.hosts, str(host), *args, **kw)
+        return run(HOSTS, "run", self.hosts, str(host), *args, **kw)
 
     def up(self):
-        self.run(HOSTS, "up", self.hosts, str(APP_HOST))
+        run(HOSTS, "up", self.hosts, str(APP_HOST))
         # a SIGKILL of this test: the watchdog kills what runs on the hosts,
         # removes them and the nodes' data
-        self.run(HOSTS, "watch", self.hosts, str(os.getpid()),
+        run(HOSTS, "watch", self.hosts, str(os.getpid()),
                  "bash", "-c", "for d in \"$@\"; do %s destroy \"$d\"; done" % NODE,
                  "destroy", *self.dirs)
 
@@ -106,8 +98,8 @@ class Cluster:
 
     def down(self):
         for d in self.dirs:
-            self.run(NODE, "destroy", d, check=False)
-        self.run(HOSTS, "down", self.hosts, check=False)
+            run(NODE, "destroy", d, check=False)
+        run(HOSTS, "down", self.hosts, check=False)
 
 
 def node_index(cl, node):
@@ -118,16 +110,9 @@ def node_index(cl, node):
 
 
 def main():
-    if os.geteuid() != 0:
-        die("the hosts suite makes network namespaces and must run as root (CI does);"
-            " run it with sudo, or leave it out: meson test --no-suite hosts")
-    checks = Checks("hosts-rabbit-cluster")
-    root = os.path.join(BUILD, "tests", "hosts-run", "rabbit-%d" % os.getpid())
-    os.makedirs(root)
+    checks, root, home_fd = begin("rabbit-cluster")
     cl = Cluster(root)
     t_start = time.monotonic()
-    home_ns = "/proc/%d/ns/net" % os.getpid()
-    home_fd = os.open(home_ns, os.O_RDONLY)  # the machine's, to come back to
     try:
         cl.up()
         log("hosts up; starting a %d-node RabbitMQ cluster" % NODES)
@@ -139,7 +124,7 @@ def main():
                       120, 2)
         checks.ok(formed, "the %d nodes form one cluster: %r"
                   % (NODES, [running_nodes(cl, i) for i in range(NODES)]))
-        setns("/run/netns/" + cl.run(HOSTS, "ns", cl.hosts, str(APP_HOST)).stdout.strip())
+        setns("/run/netns/" + run(HOSTS, "ns", cl.hosts, str(APP_HOST)).stdout.strip())
         env = {s: {"TRANSPORT": "amqp", "AMQP_URL": cl.urls()}
                for s in ("orchestrator", "payment", "inventory")}
         with System("hosts_rabbit", env=env) as sy:
@@ -230,7 +215,7 @@ def run_faults(cl, sy, client, checks):
     cut = cut if cut is not None else 0
     others = [str(i + 1) for i in range(NODES) if i != cut]
     log("partition: %s cut off from the other nodes for %.0f s" % (cl.addrs[cut], PARTITION_S))
-    cl.run(HOSTS, "partition", cl.hosts, str(cut + 1), *others)
+    run(HOSTS, "partition", cl.hosts, str(cut + 1), *others)
     t1, wall1 = time.monotonic(), time.time()
     try:
         moved = wait(lambda: (lambda r: r.get("broker") == "up" and r.get("brokerNode") != node
@@ -241,7 +226,7 @@ def run_faults(cl, sy, client, checks):
         if left > 0:
             time.sleep(left)
     finally:
-        cl.run(HOSTS, "heal", cl.hosts, str(cut + 1))
+        run(HOSTS, "heal", cl.hosts, str(cut + 1))
     log("healed; during the partition the orchestrator %s, orders %s"
         % ("moved to %s after %.1f s" % (moved, t_move) if moved else "stayed",
            "went on" if progressed else "stalled"))

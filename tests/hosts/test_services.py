@@ -49,10 +49,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hostslib import (HOSTS, Client, first_completion_after, in_netns, log,  # noqa: E402
+from hostslib import (HOSTS, Client, begin, first_completion_after, in_netns, log,  # noqa: E402
                       log_event, metric_sum, readyz, run, setns, verify_history, wait,
                       wait_progress)
-from opslib import BUILD, SRC, Checks, System, binary, die  # noqa: E402
+from opslib import SRC, System, binary, die  # noqa: E402
 
 PG = os.path.join(SRC, "scripts", "pg-cluster")
 RABBIT = os.path.join(SRC, "scripts", "rabbit-node")
@@ -181,23 +181,10 @@ class HostsSystem(System):
                                              stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                              preexec_fn=in_netns(self.netns[s]))
 
-    def stop(self):
-        for s in list(self.procs):
-            self.stop_service(s)
-        if os.environ.get("OPS_KEEP_RUN") != "1":
-            shutil.rmtree(self.root, ignore_errors=True)
-
-
 def main():
-    if os.geteuid() != 0:
-        die("the hosts suite makes network namespaces and must run as root (CI does);"
-            " run it with sudo, or leave it out: meson test --no-suite hosts")
-    checks = Checks("hosts-services")
-    root = os.path.join(BUILD, "tests", "hosts-run", "services-%d" % os.getpid())
-    os.makedirs(root)
+    checks, root, home_fd = begin("services")
     hs = Hosts(root)
     t_start = time.monotonic()
-    home_fd = os.open("/proc/%d/ns/net" % os.getpid(), os.O_RDONLY)
     results = {}
     try:
         hs.up()
