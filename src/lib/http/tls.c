@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <openssl/err.h>
@@ -327,6 +328,39 @@ static SSL *new_ssl(SSL_CTX *ctx, struct tls_cache *cache, unsigned gen)
 	return ssl;
 }
 
+/*
+ * One message, one record. evhttp adds a message's head and its body to the
+ * output as separate chunks, and libevent's OpenSSL layer makes a record -
+ * and, with TCP_NODELAY, a write() and a segment - of each chunk: the peer
+ * then reads a record header and a record twice per message, and is woken
+ * twice. Pulling a small output up into one chunk as it is added (the write
+ * itself waits for the event loop, by then the message is whole) halves
+ * both. Bigger outputs are left alone: a record holds 16 KiB at most.
+ */
+static void coalesce_cb(struct evbuffer *out, const struct evbuffer_cb_info *info, void *arg)
+{
+	size_t len = evbuffer_get_length(out);
+
+	(void)arg;
+	if (info->n_added && len <= SSL3_RT_MAX_PLAIN_LENGTH &&
+	    evbuffer_get_contiguous_space(out) < len)
+		(void)evbuffer_pullup(out, (ev_ssize_t)len);
+}
+
+/* What every connection's bufferevent gets; bev may be NULL (then NULL). */
+static struct bufferevent *finish_bev(struct bufferevent *bev)
+{
+	if (!bev)
+		return NULL;
+	/* evhttp ends connections without a close_notify */
+	bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+	if (!evbuffer_add_cb(bufferevent_get_output(bev), coalesce_cb, NULL)) {
+		bufferevent_free(bev);
+		return NULL;
+	}
+	return bev;
+}
+
 struct bufferevent *tls_accept_bev(struct tls *t, struct event_base *base)
 {
 	SSL *ssl = new_ssl(t->server, NULL, t->gen);
@@ -337,9 +371,7 @@ struct bufferevent *tls_accept_bev(struct tls *t, struct event_base *base)
 	/* frees ssl itself when it fails */
 	bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
 					     BEV_OPT_CLOSE_ON_FREE);
-	if (bev)
-		bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
-	return bev;
+	return finish_bev(bev);
 }
 
 struct tls_cache *tls_cache_new(void)
@@ -385,9 +417,7 @@ struct bufferevent *tls_connect_bev(struct tls *t, struct event_base *base, cons
 		SSL_set_session(ssl, cache->sess);
 	bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
 					     BEV_OPT_CLOSE_ON_FREE | BEV_OPT_DEFER_CALLBACKS);
-	if (bev)
-		bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
-	return bev;
+	return finish_bev(bev);
 fail:
 	SSL_free(ssl);
 	ERR_clear_error();
