@@ -1,7 +1,8 @@
 /*
  * Tests of what only the AMQP transport has (docs/protocol.md,
  * "RabbitMQ"): the broker dying under load, a consumer dying between its
- * commit and its ack, poison messages, the broker's memory alarm, and one
+ * commit and its ack, poison messages, the broker's memory alarm, a queue
+ * that never confirms (AMQP_CONFIRM_TIMEOUT_MS), and one
  * RabbitMQ user per service (least privilege). The guarantee tests every
  * transport must pass run from tests/integration/ under both
  * (integration-amqp); the destination queue deleted (returns, dead letter,
@@ -338,6 +339,51 @@ START_TEST(memory_alarm_pauses_publishing)
 END_TEST
 
 /*
+ * A queue that takes publishes and never confirms them: a quorum queue
+ * without a majority does that for as long as it lasts; here the queue's
+ * Raft server is suspended by hand (sys:suspend), on a broker that keeps
+ * answering heartbeats. The orchestrator's publish fails after
+ * AMQP_CONFIRM_TIMEOUT_MS with the reason in last_error and is tried again;
+ * once the queue is back the saga completes, payment charged once (the
+ * late first copies meet the inbox). Without the timeout the row waited as
+ * long as the queue did, and the unconfirmed window filled up for every
+ * destination.
+ */
+#define PAYMENT_RA "whereis('%2F_pgsaga.payment')"
+
+START_TEST(unconfirmed_publish_times_out)
+{
+	static const char *const orch_vars[] = { "AMQP_CONFIRM_TIMEOUT_MS=1000", NULL };
+	char saga[UUID_STR_LEN], out[512];
+	struct broker *b = harness_broker();
+
+	env_start(&env, SVC_INV, NULL);
+	env_start(&env, SVC_PAY, NULL);
+	env_start(&env, SVC_ORCH, orch_vars);
+	free(env_sqlf(&env, "INSERT INTO inventory.stock VALUES ('U1', 1)"));
+	all_connected();
+	ck_assert_msg(broker_ctl(b, out, sizeof(out), "eval", "sys:suspend(" PAYMENT_RA ").",
+				 NULL) == 0,
+		      "suspending pgsaga.payment: %s", out);
+	env_new_order(&env, "u-1", "U1", 1, 10, saga);
+	bool failed = env_wait_sql(&env, "SELECT count(*) FROM orchestrator.outbox_messages"
+					 " WHERE type = 'PayCommand' AND attempt_count >= 2"
+					 " AND last_error LIKE '%no confirm from%'", "1", WAIT_MS);
+	char *why = env_sqlf(&env, "SELECT attempt_count || ' ' || coalesce(last_error, '')"
+				   " FROM orchestrator.outbox_messages WHERE type = 'PayCommand'");
+	ck_assert_msg(broker_ctl(b, out, sizeof(out), "eval", "sys:resume(" PAYMENT_RA ").",
+				 NULL) == 0,
+		      "resuming pgsaga.payment: %s", out);
+	fprintf(stderr, "amqp: the PayCommand while its queue was suspended: %s\n", why);
+	ck_assert_msg(failed, "no failed attempt for want of a confirm: %s", why);
+	free(why);
+	check_invariants(1, 1, 1000000);
+	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+					  " WHERE state = 'Completed'", 0, NULL), 1);
+}
+END_TEST
+
+/*
  * A broker that goes silent without closing anything (a frozen node, a
  * partition): the services notice by the missed heartbeats, report it, and
  * come back when it does. SIGSTOP freezes the node's whole process group.
@@ -462,6 +508,7 @@ static Suite *amqp_suite(void)
 	tcase_add_test(tc, consumer_killed_before_ack);
 	tcase_add_test(tc, memory_alarm_pauses_publishing);
 	tcase_add_test(tc, silent_broker_is_noticed);
+	tcase_add_test(tc, unconfirmed_publish_times_out);
 	tcase_add_test(tc, broker_killed_and_restarted);
 	tcase_add_test(tc, least_privilege_broker_users);
 	return s;

@@ -83,6 +83,9 @@ static size_t common_vars(struct service *service, struct envcfg_var *v)
 	    " separated by commas (TRANSPORT=amqp)", false, true);
 	VAR("AMQP_PREFETCH", ENVCFG_INT, &service->amqp_prefetch, "64", 1, 65535,
 	    "unacknowledged deliveries held at once (TRANSPORT=amqp)");
+	VAR("AMQP_CONFIRM_TIMEOUT_MS", ENVCFG_INT, &service->amqp_confirm_timeout_ms, "15000", 100,
+	    600000, "a publish the broker has not confirmed by then is a failed attempt "
+	    "(TRANSPORT=amqp)");
 	VAR("TLS_CERT_FILE", ENVCFG_STRING, &service->tls_cert_file, "", 0, 0,
 	    "PEM certificate chain: with TLS_KEY_FILE the listener is HTTPS only, and it is "
 	    "the client certificate toward https:// peers and amqps:// brokers");
@@ -346,6 +349,7 @@ static int open_transport(struct service *service, char *err, size_t errlen)
 		.dests = service->dests,
 		.ndests = service->spec->npeers,
 		.prefetch = (int)service->amqp_prefetch,
+		.confirm_timeout_ms = (int)service->amqp_confirm_timeout_ms,
 		.tls_ca = service->tls_ca_file,
 		.tls_cert = service->tls_cert_file,
 		.tls_key = service->tls_key_file,

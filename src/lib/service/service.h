@@ -65,7 +65,7 @@ struct service {
 	const char *transport_name, *amqp_url;
 	/* TLS_CERT_FILE, TLS_KEY_FILE, TLS_CA_FILE, TLS_CLIENT_CA_FILE; "" when unset */
 	const char *tls_cert_file, *tls_key_file, *tls_ca_file, *tls_client_ca_file;
-	int64_t amqp_prefetch;
+	int64_t amqp_prefetch, amqp_confirm_timeout_ms;
 	int64_t batch, retry_max, retry_base_ms, retry_cap_ms, http_timeout_ms, lease_ms;
 	int64_t breaker_failures, breaker_open_ms, pool_size, db_writers, retention_s,
 		mark_window_ms;

@@ -30,7 +30,8 @@
  * channel would not: counted over all destinations, the refusals never
  * came in a row, and the destination's circuit stayed open for minutes.
  * A basic.return (no queue bound) does not count: a new channel would not
- * change it.
+ * change it. A publish not confirmed in time (confirm_timeout_ms) counts as
+ * a nack.
  */
 #define NACKS_MAX 3
 #define NACK_DESTS 8
@@ -68,13 +69,14 @@ struct mq_link {
 	char *tls_ca, *tls_cert, *tls_key; /* NULL: unset */
 	SSL_CTX *tls;        /* amqps: the files as they last loaded, NULL: never */
 	char tls_err[400];   /* why they last did not, as logged; "" */
-	int prefetch, window;
+	int prefetch, window, confirm_timeout_ms;
 	amqp_connection_state_t conn;
 	uint64_t generation, seq;
 	struct mq_msg *wait_head, *wait_tail;      /* publishes waiting for room */
 	struct mq_msg *unconf_head, *unconf_tail;  /* sent, by seq */
 	int nunconf;
 	bool blocked, consuming;
+	int64_t unblocked_ms; /* publishes sent before it wait from then */
 	int64_t next_connect_ms;
 	int64_t stop_by_ms; /* stopping: give up on confirms after this */
 	int backoff_ms;
@@ -274,6 +276,7 @@ static void thread_connect(struct mq_link *l, bool consume)
 		l->generation++;
 		l->seq = 0;
 		l->blocked = false;
+		l->unblocked_ms = 0;
 		l->backoff_ms = RECONNECT_MIN_MS;
 		l->tried = 0;
 		memset(l->nacked, 0, sizeof(l->nacked));
@@ -341,7 +344,8 @@ static void thread_settled(struct mq_link *l, struct mq_msg *m, bool ack)
 	if (*nacks >= NACKS_MAX && !l->replace) {
 		l->replace = true;
 		snprintf(l->why, sizeof(l->why),
-			 "%d publishes to %s in a row nacked by %s; replacing the connection",
+			 "%d publishes to %s in a row nacked or not confirmed by %s;"
+			 " replacing the connection",
 			 *nacks, m->dest, l->nodes.name[l->node]);
 	}
 	thread_confirm(l, m, ack && !m->error[0], ack ? "" : "nacked by the broker");
@@ -377,6 +381,39 @@ static void thread_confirmed(struct mq_link *l, uint64_t seq, bool multiple, boo
 			break;
 		}
 	}
+}
+
+/* When the oldest unconfirmed publish runs out of time (INT64_MAX: never). */
+static int64_t thread_confirm_deadline(const struct mq_link *l)
+{
+	const struct mq_msg *m = l->unconf_head;
+	int64_t sent;
+
+	if (!m || l->blocked || l->confirm_timeout_ms <= 0)
+		return INT64_MAX;
+	sent = (int64_t)m->sent.tv_sec * 1000 + m->sent.tv_nsec / 1000000;
+	return (sent > l->unblocked_ms ? sent : l->unblocked_ms) + l->confirm_timeout_ms;
+}
+
+/*
+ * Publishes the broker has not confirmed in time fail, oldest first (the
+ * list is in the order they were sent). false: NACKS_MAX reached for a
+ * destination, the connection goes.
+ */
+static bool thread_expire(struct mq_link *l)
+{
+	int64_t now = mono_ms();
+
+	while (thread_confirm_deadline(l) <= now) {
+		struct mq_msg *m = pop(&l->unconf_head, &l->unconf_tail);
+
+		l->nunconf--;
+		if (!m->error[0])
+			snprintf(m->error, sizeof(m->error), "no confirm from %s within %d ms",
+				 l->nodes.name[l->node], l->confirm_timeout_ms);
+		thread_settled(l, m, false);
+	}
+	return !l->replace;
 }
 
 static void copy_bytes(char *dst, size_t cap, amqp_bytes_t b)
@@ -518,6 +555,8 @@ static bool thread_read(struct mq_link *l)
 		case AMQP_CONNECTION_BLOCKED_METHOD:
 		case AMQP_CONNECTION_UNBLOCKED_METHOD:
 			l->blocked = f.payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD;
+			if (!l->blocked)
+				l->unblocked_ms = mono_ms();
 			log_warn("amqp: the broker %s publishing",
 				 l->blocked ? "blocked" : "unblocked");
 			thread_state(l);
@@ -615,7 +654,11 @@ static void thread_wait(struct mq_link *l)
 		 */
 		if (amqp_frames_enqueued(l->conn))
 			return;
+		int64_t left = thread_confirm_deadline(l) - mono_ms();
+
 		p[1].fd = amqp_get_sockfd(l->conn);
+		if (left < timeout)
+			timeout = left < 0 ? 0 : (int)left;
 	} else {
 		int64_t left = l->next_connect_ms - mono_ms();
 
@@ -656,7 +699,7 @@ static void *thread_main(void *arg)
 			amqp_basic_cancel(l->conn, CHANNEL, amqp_empty_bytes);
 			l->consuming = false;
 		}
-		if (l->conn && (!thread_read(l) || !thread_write(l, s, ns)))
+		if (l->conn && (!thread_read(l) || !thread_write(l, s, ns) || !thread_expire(l)))
 			thread_lose(l);
 		free(s);
 		if (!l->conn) {
@@ -725,6 +768,7 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 	l->tls_key = dup_or_null(o->tls_key);
 	l->prefetch = o->prefetch;
 	l->window = o->window;
+	l->confirm_timeout_ms = o->confirm_timeout_ms;
 	l->backoff_ms = RECONNECT_MIN_MS;
 	l->loop_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

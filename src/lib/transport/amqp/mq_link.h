@@ -30,8 +30,14 @@
  * message that was not returned. A nack, a basic.return, or losing the
  * connection with the message unconfirmed come back with ok false and the
  * reason. NACKS_MAX publishes to one destination nacked in a row (mq_link.c)
- * drop the connection as a lost one is. While the broker has blocked the connection (connection.blocked),
- * publishes wait on the thread.
+ * drop the connection as a lost one is. A publish the broker has not
+ * confirmed within confirm_timeout_ms comes back failed too ("no confirm
+ * ..."; a quorum queue without a majority holds its confirms for as long as
+ * that lasts, and would otherwise fill the window and stop every publish),
+ * and counts toward NACKS_MAX as a nack does; a confirm that comes later is
+ * ignored, and the outbox's next attempt is a duplicate the receiver's inbox
+ * absorbs. While the broker has blocked the connection (connection.blocked),
+ * publishes wait on the thread, and the time blocked does not count.
  *
  * Deliveries come to the loop as MQ_DELIVERY and are settled with
  * mq_link_settle; a settlement for a delivery of an earlier connection is
@@ -89,6 +95,7 @@ struct mq_link_opts {
 	const char *const *queues; /* every service's name, NULL-terminated, declared */
 	int prefetch;
 	int window;            /* unconfirmed publishes at most */
+	int confirm_timeout_ms; /* a publish not confirmed by then failed (0: never) */
 	/* amqps:// only (copied; NULL or "": unset): see mq_setup.h */
 	const char *tls_ca, *tls_cert, *tls_key;
 };

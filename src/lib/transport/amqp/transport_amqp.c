@@ -512,7 +512,7 @@ struct transport *transport_amqp_new(struct event_base *base, const struct trans
 	static const char *const queues[] = { "orchestrator", "payment", "inventory", NULL };
 	struct transport_amqp *a = calloc(1, sizeof(*a));
 	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW,
-				   o->tls_ca, o->tls_cert, o->tls_key };
+				   o->confirm_timeout_ms, o->tls_ca, o->tls_cert, o->tls_key };
 
 	if (!a)
 		abort();

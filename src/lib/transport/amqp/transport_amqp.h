@@ -22,6 +22,7 @@ struct transport_amqp_opts {
 	const char *const *dests; /* where it may send (the peers), ndests of them */
 	size_t ndests;
 	int prefetch;
+	int confirm_timeout_ms; /* mq_link_opts */
 	const char *tls_ca, *tls_cert, *tls_key; /* amqps:// (NULL or "": unset) */
 	int breaker_failures, breaker_open_ms;
 	int retry_base_ms, retry_cap_ms; /* a delivery that failed for now waits this */
