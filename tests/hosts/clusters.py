@@ -11,6 +11,7 @@ Standard library only; builds on hostslib.py and tests/ops/opslib.py.
 import glob
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -67,8 +68,13 @@ class Hosts:
         run(HOSTS, "heal", self.dir, str(host))
 
     def down(self):
-        for script, d in self.kept:
-            run(script, "destroy", d, check=False)
+        # together: a RabbitMQ node's destroy is a graceful stop, seconds each
+        ts = [threading.Thread(target=run, args=(script, "destroy", d), kwargs={"check": False})
+              for script, d in self.kept]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
         run(HOSTS, "down", self.dir, check=False)
 
 
@@ -393,6 +399,13 @@ class HostsSystem(System):
         })
         env.update(self.common_env)
         return env
+
+    def stop(self):
+        # every instance is told at once; System.stop then waits for each
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        super().stop()
 
     def start_service(self, s):
         if not self.instances:
