@@ -11,14 +11,15 @@ Standard library only; builds on hostslib.py and tests/ops/opslib.py.
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
-import threading
 import time
 import urllib.request
 
-from hostslib import HOSTS, PSQL_TIMEOUT_S, in_netns, log, run, setns, wait, wait_progress
-from opslib import SRC, System, binary, request
+from hostslib import (HOSTS, PSQL_TIMEOUT_S, in_netns, log, log_event, readyz, run, setns,
+                      together, wait, wait_progress)
+from opslib import SRC, System, binary, die, request
 
 RABBIT = os.path.join(SRC, "scripts", "rabbit-node")
 PATRONI = os.path.join(SRC, "scripts", "patroni-node")
@@ -33,13 +34,33 @@ def addr(host):
 class Hosts:
     """Hosts 1..n under root/hosts. What runs on them registers itself
     (keep) before up(): the watchdog that up() starts destroys it when
-    this test is SIGKILLed, and down() destroys it, then the hosts."""
+    this test is SIGKILLed, and down() destroys it, then the hosts. As a
+    context manager: up() at the start; at the end, this process back in
+    the machine's network namespace, down(), and root removed (kept with
+    OPS_KEEP_RUN=1)."""
 
     def __init__(self, root, n):
         self.root = root
         self.dir = os.path.join(root, "hosts")
         self.n = n
         self.kept = []  # (script, directory) for `script destroy directory`
+        # the machine's network namespace, to come back to (enter)
+        self.home = os.open("/proc/self/ns/net", os.O_RDONLY)
+
+    def __enter__(self):
+        try:
+            self.up()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        setns("/proc/self/fd/%d" % self.home)
+        self.down()
+        if os.environ.get("OPS_KEEP_RUN") != "1":
+            shutil.rmtree(self.root, ignore_errors=True)
+        return False
 
     def keep(self, script, d):
         self.kept.append((script, d))
@@ -69,12 +90,8 @@ class Hosts:
 
     def down(self):
         # together: a RabbitMQ node's destroy is a graceful stop, seconds each
-        ts = [threading.Thread(target=run, args=(script, "destroy", d), kwargs={"check": False})
-              for script, d in self.kept]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        together(*[lambda script=script, d=d: run(script, "destroy", d, check=False)
+                   for script, d in self.kept])
         run(HOSTS, "down", self.dir, check=False)
 
 
@@ -101,15 +118,52 @@ class RabbitCluster:
         self.hosts.on(self.on_hosts[i], RABBIT, "start", self.dirs[i], "5672",
                       env=self.node_env(i))
 
-    def start_all(self):
-        # the first forms the cluster, the others join it (classic discovery)
-        # one after the other: two nodes booting at once may each pick the
-        # other, half-started, to join
-        for i in range(len(self.dirs)):
-            self.start(i)
+    def start_all(self, at_once=False):
+        """The first node forms the cluster, the others join it (classic
+        discovery), one after the other: two nodes booting at once while
+        the first is not up yet may each pick the other, half-started, to
+        join. With at_once, the others start together once the first is
+        up: each tries the listed nodes in order, and joins the first, the
+        one that answers."""
+        self.start(0)
+        rest = [lambda i=i: self.start(i) for i in range(1, len(self.dirs))]
+        if at_once:
+            together(*rest)
+        else:
+            for start in rest:
+                start()
 
     def kill(self, i):
         self.hosts.on(self.on_hosts[i], RABBIT, "kill", self.dirs[i])
+
+    def kill_node_of(self, sy, s, checks):
+        """SIGKILLs the node service instance s is connected to and waits
+        for s to be connected to another. Returns {victim: the node's
+        index, lost: when s's connection broke (epoch), moved: the node it
+        moved to, moved_after_s: from the break to its new connection,
+        after_kill_s: from the kill's return to /readyz naming the new
+        node}."""
+        node = readyz(sy, s).get("brokerNode")
+        victim = self.index(node)
+        checks.ok(victim is not None, "/readyz names a node of the cluster: %r" % node)
+        victim = victim or 0
+        log("SIGKILL of the RabbitMQ node on %s (%s's)" % (self.addrs[victim], s))
+        before = time.time()
+        self.kill(victim)
+        # from when the kill returned: the node's processes are all gone by then
+        t0 = time.monotonic()
+        moved = wait(lambda: (lambda r: r.get("broker") == "up" and r.get("brokerNode") != node
+                              and r.get("brokerNode"))(readyz(sy, s)), 120, 0.2)
+        after_kill = time.monotonic() - t0
+        checks.ok(moved, "%s moves to another node after the SIGKILL" % s)
+        # the node died when the connection broke (a socket error, not a
+        # close): the kill command itself may take seconds on a busy machine
+        lost = wait(lambda: log_event(sy, s, "amqp: connection lost", before), 30, 0.5)
+        checks.ok(lost is not None, "%s's log tells when its connection broke" % s)
+        lost = lost or before
+        again = log_event(sy, s, "amqp: connected to", lost)
+        return {"victim": victim, "lost": lost, "moved": moved, "after_kill_s": after_kill,
+                "moved_after_s": round(again - lost, 1) if again else None}
 
     def stop(self, i):
         self.hosts.on(self.on_hosts[i], RABBIT, "stop", self.dirs[i])
@@ -147,6 +201,14 @@ class RabbitCluster:
             return {}
         return {line.split()[0]: line.count("rabbit@") for line in q.stdout.splitlines()
                 if line.strip()}
+
+    def queues_everywhere(self, checks):
+        """The check after the services declared their queues: each has a
+        member on every node."""
+        n = len(self.addrs)
+        ok = wait(lambda: (lambda m: m and all(k == n for k in m.values()))(self.queue_members()),
+                  60, 1)
+        checks.ok(ok, "every queue has a member on each node: %r" % self.queue_members())
 
     def queue_leader(self, name):
         """The node (rabbit@address) leading queue name, or None."""
@@ -195,25 +257,15 @@ class PatroniCluster:
         for d in self.dirs:
             hosts.keep(PATRONI, d)
 
+    def start(self, i):
+        env = dict(os.environ, PATRONI_NODE_IP=self.addrs[i],
+                   PATRONI_CLUSTER=" ".join(self.addrs), PATRONI_NAME="db%d" % (i + 1),
+                   PGSAGA_FAST="1")
+        self.hosts.on(self.on_hosts[i], PATRONI, "start", self.dirs[i], env=env)
+
     def start_all(self):
         """The members start together: each waits for etcd's majority."""
-        errs = []
-
-        def one(i):
-            env = dict(os.environ, PATRONI_NODE_IP=self.addrs[i],
-                       PATRONI_CLUSTER=" ".join(self.addrs), PATRONI_NAME="db%d" % (i + 1),
-                       PGSAGA_FAST="1")
-            try:
-                self.hosts.on(self.on_hosts[i], PATRONI, "start", self.dirs[i], env=env)
-            except Exception as e:  # noqa: BLE001 - reported below
-                errs.append(str(e))
-        ts = [threading.Thread(target=one, args=(i,)) for i in range(self.n)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        if errs:
-            raise RuntimeError("; ".join(errs))
+        together(*[lambda i=i: self.start(i) for i in range(self.n)])
 
     def index(self, name):
         return int(name[2:]) - 1
@@ -256,6 +308,15 @@ class PatroniCluster:
         if r.returncode != 0 or r.stdout.split() != [str(self.n - 1), "1"]:
             return None
         return leaders[0], syncs[0]
+
+    def wait_up(self, timeout=300):
+        """(leader, sync standby) once the new cluster is healthy; the test
+        ends (die) when it is not within timeout seconds."""
+        pair = wait(self.healthy, timeout, 1)
+        if not pair:
+            print(json.dumps(self.members()), flush=True)
+            die("the Patroni cluster is not up with a synchronous standby after %d s" % timeout)
+        return pair
 
     def leader(self, via=None):
         ms = self.members(via)

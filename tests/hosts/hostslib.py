@@ -34,16 +34,13 @@ PR_SET_PDEATHSIG = 1
 
 def begin(name):
     """The start of test hosts-NAME: root only (network namespaces); returns
-    its Checks, a new directory of its own under the build tree, and a
-    descriptor of this process's network namespace (the machine's), for
-    setns to come back to before the hosts are removed."""
+    its Checks and a new directory of its own under the build tree."""
     if os.geteuid() != 0:
         die("the hosts suite makes network namespaces and must run as root (CI does);"
             " run it with sudo, or leave it out: meson test --no-suite hosts")
     root = os.path.join(BUILD, "tests", "hosts-run", "%s-%d" % (name, os.getpid()))
     os.makedirs(root)
-    return (Checks("hosts-" + name), root,
-            os.open("/proc/%d/ns/net" % os.getpid(), os.O_RDONLY))
+    return Checks("hosts-" + name), root
 
 
 def log(msg):
@@ -91,6 +88,25 @@ def in_netns(path):
         setns(path)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return pre
+
+
+def together(*calls):
+    """Runs the calls (without arguments) at once, each in a thread of its
+    own; once all have returned, raises RuntimeError with what any raised."""
+    errors = []
+
+    def one(call):
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(str(e))
+    ts = [threading.Thread(target=one, args=(c,)) for c in calls]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
 
 
 def wait(cond, timeout, step=0.1):
@@ -192,6 +208,18 @@ class Client:
             ts = [a for t, b, a, st in self.answers
                   if t == target and st == 201 and b >= begun_after]
         return min(ts) if ts else None
+
+
+def drive(client, faults):
+    """Runs faults() while client posts orders; the client is stopped
+    however faults() ends, and says what it got."""
+    client.start()
+    try:
+        return faults()
+    finally:
+        client.stop()
+        log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
+            % (len(client.accepted), client.errors, client.statuses))
 
 
 def wait_progress(client, more, timeout):

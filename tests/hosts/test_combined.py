@@ -17,12 +17,12 @@ reaches every service throughout.
 The faults, one after the other:
   1. the RabbitMQ node orchestrator #1 is connected to is SIGKILLed; the
      services on it move to the other two nodes. Once orders go on, it is
-     started again, and it rejoins the cluster while the next fault runs:
-     a node's start takes 30-40 s on a busy machine, and is not itself a
-     fault;
+     started again, and it rejoins the cluster while the next faults run
+     (it must have rejoined by their end): a node's start and rejoin take
+     30-85 s on a busy machine, and are not themselves a fault;
   2. the Patroni primary's postmaster is SIGKILLed: Patroni promotes the
      synchronous standby, and the old primary comes back as a standby.
-     The cut below comes once both clusters are whole again;
+     The cut below comes once the Patroni cluster is whole again;
   3. host 4 (#1 and its payment and inventory) is cut off from hosts 1-3,
      its database and its broker at once, for CUT_S (25) seconds: longer
      than LEASE_MS, than the pool's 10 s for a silent connection and than
@@ -40,9 +40,10 @@ to the first saga begun after it and completed, and the longest stretch
 without a 201 from the fault until orders went on after it.
 
 The faults themselves do not overlap, so each one's numbers are its own;
-only the node's restart runs beside the failover, which keeps the test
-within its budget: about 4 minutes on a busy 2-core machine, most of it
-starting the two clusters.
+only the node's restart runs beside the others, and the second and third
+RabbitMQ nodes start together once the first is up (both join it), which
+keeps the test within its budget: about 4 minutes on a busy 2-core
+machine, half of it starting the two clusters.
 
 Root only: network namespaces. Everything made is removed at the end, and
 by a watchdog (scripts/hosts watch) when this test is SIGKILLed.
@@ -50,15 +51,14 @@ by a watchdog (scripts/hosts watch) when this test is SIGKILLed.
 
 import json
 import os
-import shutil
 import sys
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from clusters import Hosts, HostsSystem, PatroniCluster, RabbitCluster, diagnose  # noqa: E402
-from hostslib import (Client, amqp_log, begin, first_completion_after, log,  # noqa: E402
-                      log_event, metric_sum, readyz, setns, verify_history, wait,
+from hostslib import (Client, amqp_log, begin, drive, first_completion_after, log,  # noqa: E402
+                      log_event, metric_sum, readyz, together, verify_history, wait,
                       wait_progress)
 from opslib import die  # noqa: E402
 
@@ -81,14 +81,13 @@ INSTANCES = {
 
 
 def main():
-    checks, root, home_fd = begin("combined")
+    checks, root = begin("combined")
     hs = Hosts(root, CLIENT_HOST)
     mq = RabbitCluster(hs, CLUSTER_HOSTS)
     db = PatroniCluster(hs, CLUSTER_HOSTS)
     t_start = time.monotonic()
     results = {}
-    try:
-        hs.up()
+    with hs:
         hs.enter(CLIENT_HOST)
         start_clusters(mq, db, checks, t_start)
         env = {"TRANSPORT": "amqp", "AMQP_URL": mq.urls(), "LEASE_MS": str(LEASE_MS)}
@@ -98,35 +97,17 @@ def main():
             pids = {s: p.pid for s, p in sy.procs.items()}
             ok = wait(lambda: all(readyz(sy, s).get("broker") == "up" for s in INSTANCES), 60)
             checks.ok(ok, "the six services connect to the broker")
-            members = wait(lambda: (lambda m: m if m and all(n == len(mq.addrs)
-                                                            for n in m.values())
-                                    else None)(mq.queue_members()), 60, 1)
-            checks.ok(members, "every queue has a member on each node: %r" % mq.queue_members())
+            mq.queues_everywhere(checks)
             log("services up after %.0f s" % (time.monotonic() - t_start))
             # #1's answer to an order it holds when the cut begins comes once
             # its pool has given its connections up (12-13 s under load): the
             # client waits 30 s, so that a slow answer is not taken for none
             client = Client(sy, threads=2, targets=["orchestrator", "orchestrator2"],
                             timeout=CLIENT_TIMEOUT_S)
-            client.start()
-            try:
-                run_faults(hs, mq, db, sy, client, checks, results)
-                log("faults done: %d sagas answered 201; posting until %d"
-                    % (client.count(), SAGAS))
-                checks.ok(wait(lambda: client.count() >= SAGAS, 300, 0.5),
-                          "%d orders are answered 201: %d" % (SAGAS, client.count()))
-            finally:
-                client.stop()
-            log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
-                % (len(client.accepted), client.errors, client.statuses))
+            drive(client, lambda: run_faults(hs, mq, db, sy, client, checks, results))
             verify(mq, sy, client, pids, checks, results)
             amqp_log(sy, 6)
             print(db.ctl(0, "history").stdout, flush=True)
-    finally:
-        setns("/proc/self/fd/%d" % home_fd)
-        hs.down()
-        if os.environ.get("OPS_KEEP_RUN") != "1":
-            shutil.rmtree(root, ignore_errors=True)
     log("took %.0f s" % (time.monotonic() - t_start))
     checks.done()
 
@@ -135,28 +116,15 @@ def start_clusters(mq, db, checks, t_start):
     """The Patroni members start together in a thread while the RabbitMQ
     nodes start one after the other (how each cluster must be started)."""
     log("hosts up; starting RabbitMQ, etcd and Patroni on hosts %s" % (CLUSTER_HOSTS,))
-    errors = []
-
-    def patroni():
-        try:
-            db.start_all()
-            log("Patroni members started after %.0f s" % (time.monotonic() - t_start))
-        except RuntimeError as e:
-            errors.append(str(e))
-    t = threading.Thread(target=patroni)
-    t.start()
+    def started(start, what):
+        start()
+        log("%s started after %.0f s" % (what, time.monotonic() - t_start))
     try:
-        mq.start_all()
-        log("RabbitMQ nodes started after %.0f s" % (time.monotonic() - t_start))
+        together(lambda: started(db.start_all, "Patroni members"),
+                 lambda: started(lambda: mq.start_all(at_once=True), "RabbitMQ nodes"))
     except RuntimeError as e:
-        errors.append(str(e))
-    t.join()
-    if errors:
-        die("; ".join(errors))
-    pair = wait(db.healthy, 300, 1)
-    if not pair:
-        print(json.dumps(db.members()), flush=True)
-        die("the Patroni cluster is not up with a synchronous standby after 300 s")
+        die(str(e))
+    pair = db.wait_up()
     # queues declared before every node has joined get fewer members, and
     # one node's loss then stops them: the test would measure that. The
     # nodes joined the first one as they started; it sees them all.
@@ -190,24 +158,9 @@ def broker_kill(mq, sy, client, checks, results):
     """Fault 1: SIGKILL of the RabbitMQ node orchestrator #1 is connected
     to. Returns the thread that starts it again and waits for it to rejoin
     (its time is recorded as rejoined_after_s)."""
-    node = readyz(sy, "orchestrator").get("brokerNode")
-    victim = mq.index(node)
-    checks.ok(victim is not None, "/readyz names a node of the cluster: %r" % node)
-    victim = victim or 0
-    log("SIGKILL of the RabbitMQ node on %s (orchestrator #1's)" % mq.addrs[victim])
-    before = time.time()
-    mq.kill(victim)
-    res = results["broker_kill"] = {"node": mq.addrs[victim]}
-    moved = wait(lambda: (lambda r: r.get("broker") == "up" and r.get("brokerNode") != node
-                          and r.get("brokerNode"))(readyz(sy, "orchestrator")), 120, 0.2)
-    checks.ok(moved, "orchestrator #1 moves to another node after the SIGKILL")
-    # the node died when #1's connection broke (a socket error, not a
-    # close): the kill command itself may take seconds on a busy machine
-    lost = wait(lambda: log_event(sy, "orchestrator", "amqp: connection lost", before), 30, 0.5)
-    checks.ok(lost is not None, "orchestrator #1's log tells when its connection broke")
-    lost = lost or before
-    again = log_event(sy, "orchestrator", "amqp: connected to", lost)
-    res["moved_after_s"] = round(again - lost, 1) if again else None
+    k = mq.kill_node_of(sy, "orchestrator", checks)
+    victim, lost, moved = k["victim"], k["lost"], k["moved"]
+    res = results["broker_kill"] = {"node": mq.addrs[victim], "moved_after_s": k["moved_after_s"]}
     checks.ok(wait_progress(client, 20, 120), "orders are accepted after the SIGKILL")
     first = record(sy, client, res, mono(lost), lost, time.monotonic())
     checks.ok(first is not None, "a saga begun after the SIGKILL completes")
@@ -310,13 +263,16 @@ def run_faults(hs, mq, db, sy, client, checks, results):
     restart = broker_kill(mq, sy, client, checks, results)
     try:
         pg_failover(db, sy, client, checks, results)
+        cut(hs, mq, sy, client, checks, results)
     finally:
         restart.join()
     res = results["broker_kill"]
     checks.ok(res.get("rejoined_after_s") is not None,
               "the killed RabbitMQ node is back in the cluster: %s"
               % res.get("restart_error", "%s s after its start" % res.get("rejoined_after_s")))
-    cut(hs, mq, sy, client, checks, results)
+    log("faults done: %d sagas answered 201; posting until %d" % (client.count(), SAGAS))
+    checks.ok(wait(lambda: client.count() >= SAGAS, 300, 0.5),
+              "%d orders are answered 201: %d" % (SAGAS, client.count()))
 
 
 def verify(mq, sy, client, pids, checks, results):

@@ -36,9 +36,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from clusters import Hosts, HostsSystem, PatroniCluster  # noqa: E402
-from hostslib import (Client, begin, log, metric_sum, setns, verify_history, wait,  # noqa: E402
+from hostslib import (Client, begin, drive, log, metric_sum, verify_history, wait,  # noqa: E402
                       wait_progress)
-from opslib import die  # noqa: E402
 
 MEMBERS = 3
 APP_HOST = 4
@@ -46,20 +45,16 @@ PARTITION_S = float(os.environ.get("HOSTS_PARTITION_S", "45"))
 
 
 def main():
-    checks, root, home_fd = begin("patroni")
+    checks, root = begin("patroni")
     hs = Hosts(root, APP_HOST)
     cl = PatroniCluster(hs, range(1, MEMBERS + 1))
     t_start = time.monotonic()
     results = {}
-    try:
-        hs.up()
+    with hs:
         hs.enter(APP_HOST)
         log("hosts up; starting etcd and Patroni on hosts 1-%d" % MEMBERS)
         cl.start_all()
-        pair = wait(cl.healthy, 300, 1)
-        if not pair:
-            print(json.dumps(cl.members()), flush=True)
-            die("the Patroni cluster is not up with a synchronous standby after 300 s")
+        pair = cl.wait_up()
         log("cluster up after %.0f s: leader %s, synchronous standby %s"
             % (time.monotonic() - t_start, pair[0], pair[1]))
         with HostsSystem("hosts_patroni", root, cl) as sy:
@@ -67,18 +62,9 @@ def main():
                     " ON CONFLICT (item_id) DO UPDATE SET available = 1000000")
             pids = {s: p.pid for s, p in sy.procs.items()}
             client = Client(sy)
-            client.start()
-            try:
-                run_faults(hs, cl, client, checks, results)
-            finally:
-                client.stop()
-            log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
-                % (len(client.accepted), client.errors, client.statuses))
+            drive(client, lambda: run_faults(hs, cl, client, checks, results))
             verify(sy, client, pids, checks, results)
             print(cl.ctl(0, "history").stdout, flush=True)
-    finally:
-        setns("/proc/self/fd/%d" % home_fd)
-        hs.down()
     log("took %.0f s" % (time.monotonic() - t_start))
     checks.done()
 

@@ -38,9 +38,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from clusters import Hosts, RabbitCluster, diagnose  # noqa: E402
-from hostslib import (PSQL_TIMEOUT_S, Client, amqp_log, begin, first_completion_after,  # noqa: E402
-                      link_events, log, log_event, metric_sum, readyz, setns, verify_history,
-                      wait, wait_progress)
+from hostslib import (PSQL_TIMEOUT_S, Client, amqp_log, begin, drive,  # noqa: E402
+                      first_completion_after, link_events, log, metric_sum, readyz,
+                      verify_history, wait, wait_progress)
 from opslib import System  # noqa: E402
 
 NODES = 3
@@ -49,12 +49,11 @@ PARTITION_S = float(os.environ.get("HOSTS_PARTITION_S", "30"))
 
 
 def main():
-    checks, root, home_fd = begin("rabbit-cluster")
+    checks, root = begin("rabbit-cluster")
     hs = Hosts(root, APP_HOST)
     cl = RabbitCluster(hs, range(1, NODES + 1))
     t_start = time.monotonic()
-    try:
-        hs.up()
+    with hs:
         log("hosts up; starting a %d-node RabbitMQ cluster" % NODES)
         cl.start_all()
         log("cluster up after %.0f s" % (time.monotonic() - t_start))
@@ -72,23 +71,11 @@ def main():
             pids = {s: p.pid for s, p in sy.procs.items()}
             ok = wait(lambda: readyz(sy).get("broker") == "up", 60)
             checks.ok(ok, "the orchestrator connects to the cluster")
-            members = wait(lambda: (lambda m: m if m and all(n == NODES for n in m.values())
-                                    else None)(cl.queue_members()), 60, 1)
-            checks.ok(members, "every queue has a member on each node: %r" % cl.queue_members())
+            cl.queues_everywhere(checks)
             client = Client(sy)
-            client.start()
-            rejoined = None
-            try:
-                rejoined = run_faults(hs, cl, sy, client, checks)
-            finally:
-                client.stop()
-            log("client stopped: %d sagas answered 201, %d other answers"
-                % (len(client.accepted), client.errors))
+            rejoined = drive(client, lambda: run_faults(hs, cl, sy, client, checks))
             verify(cl, sy, client, pids, checks, rejoined)
             amqp_log(sy)
-    finally:
-        setns("/proc/self/fd/%d" % home_fd)
-        hs.down()
     log("took %.0f s" % (time.monotonic() - t_start))
     checks.done()
 
@@ -96,33 +83,17 @@ def main():
 def run_faults(hs, cl, sy, client, checks):
     checks.ok(wait_progress(client, 30, 120), "orders are accepted before any fault")
     # 1. SIGKILL the node the orchestrator uses
-    node = readyz(sy).get("brokerNode")
-    victim = cl.index(node)
-    checks.ok(victim is not None, "/readyz names a node of the cluster: %r" % node)
-    victim = victim or 0
-    log("SIGKILL of the RabbitMQ node on %s (the orchestrator's)" % cl.addrs[victim])
-    before = time.time()
-    cl.kill(victim)
-    # from when the kill returned: the node's processes are all gone by then
-    t0 = time.monotonic()
-    moved = wait(lambda: (lambda r: r.get("broker") == "up" and r.get("brokerNode") != node
-                          and r.get("brokerNode"))(readyz(sy)), 120)
-    t_move = time.monotonic() - t0
-    checks.ok(moved, "the orchestrator moves to another node after the SIGKILL")
+    k = cl.kill_node_of(sy, "orchestrator", checks)
+    victim, lost, moved = k["victim"], k["lost"], k["moved"]
     checks.ok(wait_progress(client, 30, 120), "orders are accepted after the SIGKILL")
-    # the node died when the orchestrator's connection broke (a socket error,
-    # not a close): the kill script itself may take seconds on a busy machine
-    lost = wait(lambda: log_event(sy, "orchestrator", "amqp: connection lost", before), 30, 0.5)
-    checks.ok(lost is not None, "the orchestrator's log tells when its connection broke")
-    lost = lost or before
-    back = log_event(sy, "orchestrator", "amqp: connected to", lost)
     first = wait(lambda: first_completion_after(sy, lost), 120, 0.5)
     checks.ok(first is not None, "a saga begun after the SIGKILL completes")
     if first is None:
         diagnose(sy, cl)
     log("SIGKILL: the orchestrator's connection broke, it was connected to %s %.1f s later"
         " (%.1f s after the kill command returned); the first saga begun after the break"
-        " completed %.1f s after it" % (moved, (back or lost) - lost, t_move, first or -1))
+        " completed %.1f s after it" % (moved, k["moved_after_s"] or 0.0, k["after_kill_s"],
+                                         first or -1))
     log("starting the killed node again")
     cl.start(victim)
     checks.ok(wait(lambda: cl.whole(victim), 180, 2),

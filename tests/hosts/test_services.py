@@ -42,15 +42,13 @@ minutes on a busy 2-core machine.
 
 import json
 import os
-import shutil
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
 from clusters import Hosts, HostsSystem, PgNode, RabbitCluster, addr  # noqa: E402
-from hostslib import (Client, begin, first_completion_after, log, log_event,  # noqa: E402
-                      metric_sum, readyz, setns, verify_history, wait, wait_progress)
+from hostslib import (Client, begin, drive, first_completion_after, log, log_event,  # noqa: E402
+                      metric_sum, readyz, together, verify_history, wait, wait_progress)
 from opslib import die  # noqa: E402
 
 DB_HOST, MQ_HOST, A, B, C, CLIENT_HOST = 1, 2, 3, 4, 5, 6
@@ -70,24 +68,20 @@ INSTANCES = {
 
 
 def main():
-    checks, root, home_fd = begin("services")
+    checks, root = begin("services")
     hs = Hosts(root, CLIENT_HOST)
     mq = RabbitCluster(hs, [MQ_HOST])
     pg = PgNode(hs, DB_HOST)
     t_start = time.monotonic()
     results = {}
-    try:
-        hs.up()
+    with hs:
         hs.enter(CLIENT_HOST)
         log("hosts up; starting PostgreSQL on host %d and RabbitMQ on host %d"
             % (DB_HOST, MQ_HOST))
-        errors = []
-        t = threading.Thread(target=start_or_error, args=(mq.start_all, errors))
-        t.start()
-        start_or_error(pg.start, errors)
-        t.join()
-        if errors:
-            die("; ".join(errors))
+        try:
+            together(mq.start_all, pg.start)
+        except RuntimeError as e:
+            die(str(e))
         log("database and broker up after %.0f s" % (time.monotonic() - t_start))
         env = {"TRANSPORT": "amqp", "AMQP_URL": mq.urls(), "LEASE_MS": str(LEASE_MS)}
         with HostsSystem("hosts_services", root, pg, hs, INSTANCES, env, bootstrap=True) as sy:
@@ -102,30 +96,10 @@ def main():
             # taken for none
             client = Client(sy, threads=2, targets=["orchestrator", "orchestrator2"],
                             timeout=CLIENT_TIMEOUT_S)
-            client.start()
-            try:
-                run_faults(hs, sy, client, checks, results)
-            finally:
-                client.stop()
-            log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
-                % (len(client.accepted), client.errors, client.statuses))
+            drive(client, lambda: run_faults(hs, sy, client, checks, results))
             verify(mq, sy, client, pids, checks, results)
-    finally:
-        setns("/proc/self/fd/%d" % home_fd)
-        hs.down()
-        if os.environ.get("OPS_KEEP_RUN") != "1":
-            shutil.rmtree(root, ignore_errors=True)
     log("took %.0f s" % (time.monotonic() - t_start))
     checks.done()
-
-
-def start_or_error(start, errors):
-    """start(); what it raised is appended to errors (the broker starts in a
-    thread of its own while the database does)."""
-    try:
-        start()
-    except RuntimeError as e:
-        errors.append(str(e))
 
 
 def leased_rows(sy):
