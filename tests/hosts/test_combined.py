@@ -113,9 +113,11 @@ def main():
 
 
 def start_clusters(mq, db, checks, t_start):
-    """The Patroni members start together in a thread while the RabbitMQ
-    nodes start one after the other (how each cluster must be started)."""
+    """The Patroni members start together (each waits for etcd's majority)
+    while the RabbitMQ nodes start: the first, then the other two together
+    (both join the first)."""
     log("hosts up; starting RabbitMQ, etcd and Patroni on hosts %s" % (CLUSTER_HOSTS,))
+
     def started(start, what):
         start()
         log("%s started after %.0f s" % (what, time.monotonic() - t_start))
