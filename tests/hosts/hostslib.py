@@ -22,22 +22,25 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ops"))
 from opslib import BUILD, SRC, Checks, die, request  # noqa: E402
 
 HOSTS = os.path.join(SRC, "scripts", "hosts")
+# a psql of these tests (HostsSystem's, the checks') that has not finished
+# by then is a failed check, not a test that hangs until meson kills it: a
+# commit under Patroni's strict synchronous mode waits, without end, for a
+# synchronous standby
+PSQL_TIMEOUT_S = 60
+AUDIT_TIMEOUT_S = 180
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 
 
 def begin(name):
     """The start of test hosts-NAME: root only (network namespaces); returns
-    its Checks, a new directory of its own under the build tree, and a
-    descriptor of this process's network namespace (the machine's), for
-    setns to come back to before the hosts are removed."""
+    its Checks and a new directory of its own under the build tree."""
     if os.geteuid() != 0:
         die("the hosts suite makes network namespaces and must run as root (CI does);"
             " run it with sudo, or leave it out: meson test --no-suite hosts")
     root = os.path.join(BUILD, "tests", "hosts-run", "%s-%d" % (name, os.getpid()))
     os.makedirs(root)
-    return (Checks("hosts-" + name), root,
-            os.open("/proc/%d/ns/net" % os.getpid(), os.O_RDONLY))
+    return Checks("hosts-" + name), root
 
 
 def log(msg):
@@ -45,13 +48,24 @@ def log(msg):
 
 
 def run(*args, check=True, env=None, timeout=None):
-    """Runs a command; its output as text. Raises when it fails and check."""
-    r = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True, env=env, timeout=timeout)
+    """Runs a command; its output as text. Raises when it fails and check.
+    One that has not finished within timeout seconds is killed and counts
+    as failed (exit status 124, as timeout(1) has it)."""
+    try:
+        r = subprocess.run(list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        r = subprocess.CompletedProcess(list(args), 124, as_text(e.stdout),
+                                        as_text(e.stderr) + "(killed after %s s)" % timeout)
     if check and r.returncode != 0:
         raise RuntimeError("%s failed (%d): %s%s" % (" ".join(args), r.returncode,
                                                     r.stdout, r.stderr))
     return r
+
+
+def as_text(out):
+    """What a process wrote, as text (TimeoutExpired keeps bytes, or None)."""
+    return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
 
 
 def setns(path):
@@ -74,6 +88,25 @@ def in_netns(path):
         setns(path)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     return pre
+
+
+def together(*calls):
+    """Runs the calls (without arguments) at once, each in a thread of its
+    own; once all have returned, raises RuntimeError with what any raised."""
+    errors = []
+
+    def one(call):
+        try:
+            call()
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(str(e))
+    ts = [threading.Thread(target=one, args=(c,)) for c in calls]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
 
 
 def wait(cond, timeout, step=0.1):
@@ -177,6 +210,18 @@ class Client:
         return min(ts) if ts else None
 
 
+def drive(client, faults):
+    """Runs faults() while client posts orders; the client is stopped
+    however faults() ends, and says what it got."""
+    client.start()
+    try:
+        return faults()
+    finally:
+        client.stop()
+        log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
+            % (len(client.accepted), client.errors, client.statuses))
+
+
 def wait_progress(client, more, timeout):
     """True when `more` orders more than now got their 201 within timeout."""
     want = client.count() + more
@@ -206,9 +251,13 @@ def readyz(sy, s="orchestrator"):
 
 def first_completion_after(sy, wall):
     """Seconds from wall (epoch) to the first saga created after it and
-    completed, or None."""
-    v = sy.scalar("SELECT extract(epoch FROM min(updated_at)) FROM orchestrator.saga_instances"
-                  " WHERE state = 'Completed' AND created_at > to_timestamp(%f)" % wall)
+    completed, or None (none yet, or the database did not answer)."""
+    try:
+        v = sy.scalar("SELECT extract(epoch FROM min(updated_at)) FROM"
+                      " orchestrator.saga_instances WHERE state = 'Completed'"
+                      " AND created_at > to_timestamp(%f)" % wall, timeout=PSQL_TIMEOUT_S)
+    except RuntimeError:
+        return None  # no primary to ask (a failover): not yet known
     return float(v) - wall if v else None
 
 
@@ -229,6 +278,28 @@ def log_event(sy, s, what, after):
     except (OSError, ValueError):
         pass
     return None
+
+
+def link_events(sy, s, what):
+    """How many "amqp: " lines of service s contain what."""
+    try:
+        with open(sy.log_path(s), encoding="utf-8", errors="replace") as f:
+            return sum(1 for line in f if '"amqp: ' in line and what in line)
+    except OSError:
+        return 0
+
+
+def amqp_log(sy, last=12):
+    """What the links said: when each lost its node and where it went (the
+    last lines of each service instance)."""
+    for s in sy.ports:
+        try:
+            with open(sy.log_path(s), encoding="utf-8", errors="replace") as f:
+                lines = [line.strip() for line in f if '"amqp: ' in line]
+        except OSError:
+            continue
+        for line in lines[-last:]:
+            print("%s: %s" % (s, line[:300]), flush=True)
 
 
 TERMINAL = ("Completed", "Failed", "Compensated")
@@ -254,26 +325,39 @@ def verify_history(sy, client, pids, checks):
                 " LEFT JOIN orchestrator.saga_instances s USING (saga_id);\n"
                 % repr(TERMINAL))
 
+    last_error = []
+
     def counts():
         try:
-            out = sy.psql_file(path).strip().splitlines()[-1].split("|")
+            out = sy.psql_file(path, timeout=PSQL_TIMEOUT_S).strip().splitlines()[-1].split("|")
             return [int(x) for x in out]
-        except (RuntimeError, ValueError, IndexError):
+        except (RuntimeError, ValueError, IndexError) as e:
+            last_error[:] = [str(e).strip()]
             return [-1, -1, -1]
     done = wait(lambda: counts()[0] == len(ids), 300, 1)
     term, found, completed = counts()
-    checks.ok(found == len(ids), "every saga answered 201 exists: %d of %d" % (found, len(ids)))
-    checks.ok(done, "every saga answered 201 is terminal: %d of %d" % (term, len(ids)))
-    r = subprocess.run([AUDIT, sy.url()], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
-    checks.ok(r.returncode == 0, "the audit is clean (no effect twice, balances to the unit)")
+    why = " (%s)" % last_error[0] if term < 0 and last_error else ""
+    checks.ok(found == len(ids), "every saga answered 201 exists: %d of %d%s"
+              % (found, len(ids), why))
+    checks.ok(done, "every saga answered 201 is terminal: %d of %d%s" % (term, len(ids), why))
+    # read-only: nothing in it waits for a standby, and no statement may
+    # take longer than the whole is given
+    r = run(AUDIT, sy.url(), check=False, timeout=AUDIT_TIMEOUT_S,
+            env=dict(os.environ, PGOPTIONS="-c statement_timeout=%ds" % (AUDIT_TIMEOUT_S - 30)))
+    checks.ok(r.returncode == 0, "the audit is clean (no effect twice, balances to the unit)%s"
+              % (" (it did not finish within %d s)" % AUDIT_TIMEOUT_S
+                 if r.returncode == 124 else ""))
     if r.returncode != 0:
-        print(r.stdout, flush=True)
-    dead = int(sy.scalar("SELECT (SELECT count(*) FROM orchestrator.outbox_messages"
-                         " WHERE dead_at IS NOT NULL) + (SELECT count(*) FROM"
-                         " payment.outbox_messages WHERE dead_at IS NOT NULL) + (SELECT"
-                         " count(*) FROM inventory.outbox_messages WHERE dead_at IS NOT NULL)"))
-    checks.ok(dead == 0, "no dead letter in the outboxes: %d" % dead)
+        print(r.stdout + r.stderr, flush=True)
+    try:
+        dead = int(sy.scalar("SELECT (SELECT count(*) FROM orchestrator.outbox_messages"
+                             " WHERE dead_at IS NOT NULL) + (SELECT count(*) FROM"
+                             " payment.outbox_messages WHERE dead_at IS NOT NULL) + (SELECT"
+                             " count(*) FROM inventory.outbox_messages WHERE dead_at IS NOT"
+                             " NULL)", timeout=PSQL_TIMEOUT_S))
+        checks.ok(dead == 0, "no dead letter in the outboxes: %d" % dead)
+    except RuntimeError as e:
+        checks.ok(False, "no dead letter in the outboxes: %s" % str(e).strip())
     for s, p in sy.procs.items():
         checks.ok(p.poll() is None and p.pid == pids[s], "saga-%s never restarted" % s)
     return len(ids), completed

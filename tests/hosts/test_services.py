@@ -42,20 +42,15 @@ minutes on a busy 2-core machine.
 
 import json
 import os
-import shutil
-import subprocess
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from hostslib import (HOSTS, Client, begin, first_completion_after, in_netns, log,  # noqa: E402
-                      log_event, metric_sum, readyz, run, setns, verify_history, wait,
-                      wait_progress)
-from opslib import SRC, System, binary, die  # noqa: E402
+from clusters import Hosts, HostsSystem, PgNode, RabbitCluster, addr  # noqa: E402
+from hostslib import (Client, begin, drive, first_completion_after, log, log_event,  # noqa: E402
+                      metric_sum, readyz, together, verify_history, wait, wait_progress)
+from opslib import die  # noqa: E402
 
-PG = os.path.join(SRC, "scripts", "pg-cluster")
-RABBIT = os.path.join(SRC, "scripts", "rabbit-node")
 DB_HOST, MQ_HOST, A, B, C, CLIENT_HOST = 1, 2, 3, 4, 5, 6
 LEASE_MS = 3000
 POOL = 8  # DB_POOL_SIZE's default
@@ -72,136 +67,24 @@ INSTANCES = {
 }
 
 
-def addr(host):
-    return "10.77.0.%d" % host
-
-
-class Hosts:
-    """The six hosts and the database and broker on hosts 1 and 2."""
-
-    def __init__(self, root):
-        self.dir = os.path.join(root, "hosts")
-        self.pg = os.path.join(root, "pg")
-        self.rabbit = os.path.join(root, "rabbit")
-
-    def on(self, host, *args, **kw):
-        return run(HOSTS, "run", self.dir, str(host), *args, **kw)
-
-    def up(self):
-        run(HOSTS, "up", self.dir, str(CLIENT_HOST))
-        # a SIGKILL of this test: the watchdog kills what runs on the hosts,
-        # removes them, the node's data and the cluster
-        run(HOSTS, "watch", self.dir, str(os.getpid()), "bash", "-c",
-            '"$1" destroy "$2"; "$3" destroy "$4"', "destroy",
-            RABBIT, self.rabbit, PG, self.pg)
-
-    def ns(self, host):
-        return "/run/netns/" + run(HOSTS, "ns", self.dir, str(host)).stdout.strip()
-
-    def start_pg(self):
-        self.on(DB_HOST, PG, "start", self.pg, "5432",
-                env=dict(os.environ, PGSAGA_FAST="1", PG_NODE_IP=addr(DB_HOST)))
-
-    def start_rabbit(self):
-        self.on(MQ_HOST, RABBIT, "start", self.rabbit, "5672",
-                env=dict(os.environ, RABBIT_NODE_IP=addr(MQ_HOST)))
-
-    def rabbitctl(self, *args):
-        return self.on(MQ_HOST, RABBIT, "ctl", self.rabbit, *args, check=False)
-
-    def partition(self, host, *others):
-        run(HOSTS, "partition", self.dir, str(host), *[str(o) for o in others])
-
-    def heal(self, host):
-        run(HOSTS, "heal", self.dir, str(host))
-
-    def down(self):
-        run(RABBIT, "destroy", self.rabbit, check=False)
-        run(PG, "destroy", self.pg, check=False)
-        run(HOSTS, "down", self.dir, check=False)
-
-
-class HostsSystem(System):
-    """opslib's System with the database on host 1 and the four service
-    instances on the hosts of INSTANCES, each started in its host's network
-    namespace."""
-
-    def __init__(self, hs, root):
-        super().__init__("hosts_services")
-        self.hs = hs
-        self.root = os.path.join(root, "services")
-        self.db = "pgsaga"
-        self.pg_port = 5432
-        self.ports = {i: port for i, (_, _, port) in INSTANCES.items()}
-        self.netns = {i: hs.ns(host) for i, (_, host, _) in INSTANCES.items()}
-
-    def url(self, role=None, db=None):
-        return "host=%s port=5432 dbname=%s user=%s connect_timeout=5" % (
-            addr(DB_HOST), db or self.db, role or "postgres")
-
-    def addr(self, s):
-        return addr(INSTANCES[s][1])
-
-    def start(self):
-        os.makedirs(self.root, exist_ok=True)
-        self.psql("CREATE DATABASE %s" % self.db, db="postgres")
-        self.psql_file(os.path.join(SRC, "sql", "bootstrap.sql"))
-        for s in INSTANCES:
-            self.start_service(s)
-        for s in INSTANCES:
-            self.wait_ready(s, timeout=120)
-
-    def urls(self, service):
-        return ",".join("http://%s:%d" % (addr(h), p) for (sv, h, p) in INSTANCES.values()
-                        if sv == service)
-
-    def service_env(self, s):
-        service = INSTANCES[s][0]
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PG", "FAULT_")) and k not in (
-                   "DATABASE_URL", "LISTEN_ADDR", "INTERNAL_TOKEN", "LOG_LEVEL")}
-        env.update({
-            "DATABASE_URL": "host=%s port=5432 dbname=%s user=saga_%s" % (
-                addr(DB_HOST), self.db, service),
-            "LISTEN_ADDR": "%s:%d" % (self.addr(s), self.ports[s]),
-            "INTERNAL_TOKEN": self.token,
-            "LOG_LEVEL": "info",
-            "TRANSPORT": "amqp",
-            "AMQP_URL": "amqp://guest:guest@%s:5672/%%2f" % addr(MQ_HOST),
-            "LEASE_MS": str(LEASE_MS),
-            "ORCHESTRATOR_URL": self.urls("orchestrator"),
-            "PAYMENT_URL": self.urls("payment"),
-            "INVENTORY_URL": self.urls("inventory"),
-        })
-        return env
-
-    def start_service(self, s):
-        with open(self.log_path(s), "ab") as out:
-            self.procs[s] = subprocess.Popen([binary(INSTANCES[s][0])], env=self.service_env(s),
-                                             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                             preexec_fn=in_netns(self.netns[s]))
-
 def main():
-    checks, root, home_fd = begin("services")
-    hs = Hosts(root)
+    checks, root = begin("services")
+    hs = Hosts(root, CLIENT_HOST)
+    mq = RabbitCluster(hs, [MQ_HOST])
+    pg = PgNode(hs, DB_HOST)
     t_start = time.monotonic()
     results = {}
-    try:
-        hs.up()
-        # from here on this process is on host 6 (scripts/hosts run still
-        # reaches every host)
-        setns(hs.ns(CLIENT_HOST))
+    with hs:
+        hs.enter(CLIENT_HOST)
         log("hosts up; starting PostgreSQL on host %d and RabbitMQ on host %d"
             % (DB_HOST, MQ_HOST))
-        errors = []
-        mq = threading.Thread(target=start_or_error, args=(hs.start_rabbit, errors))
-        mq.start()
-        start_or_error(hs.start_pg, errors)
-        mq.join()
-        if errors:
-            die("; ".join(errors))
+        try:
+            together(mq.start_all, pg.start)
+        except RuntimeError as e:
+            die(str(e))
         log("database and broker up after %.0f s" % (time.monotonic() - t_start))
-        with HostsSystem(hs, root) as sy:
+        env = {"TRANSPORT": "amqp", "AMQP_URL": mq.urls(), "LEASE_MS": str(LEASE_MS)}
+        with HostsSystem("hosts_services", root, pg, hs, INSTANCES, env, bootstrap=True) as sy:
             sy.psql("INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 1000000)"
                     " ON CONFLICT (item_id) DO UPDATE SET available = 1000000")
             pids = {s: p.pid for s, p in sy.procs.items()}
@@ -213,30 +96,10 @@ def main():
             # taken for none
             client = Client(sy, threads=2, targets=["orchestrator", "orchestrator2"],
                             timeout=CLIENT_TIMEOUT_S)
-            client.start()
-            try:
-                run_faults(hs, sy, client, checks, results)
-            finally:
-                client.stop()
-            log("client stopped: %d sagas answered 201, %d other answers (by status: %s)"
-                % (len(client.accepted), client.errors, client.statuses))
-            verify(hs, sy, client, pids, checks, results)
-    finally:
-        setns("/proc/self/fd/%d" % home_fd)
-        hs.down()
-        if os.environ.get("OPS_KEEP_RUN") != "1":
-            shutil.rmtree(root, ignore_errors=True)
+            drive(client, lambda: run_faults(hs, sy, client, checks, results))
+            verify(mq, sy, client, pids, checks, results)
     log("took %.0f s" % (time.monotonic() - t_start))
     checks.done()
-
-
-def start_or_error(start, errors):
-    """start(); what it raised is appended to errors (the broker starts in a
-    thread of its own while the database does)."""
-    try:
-        start()
-    except RuntimeError as e:
-        errors.append(str(e))
 
 
 def leased_rows(sy):
@@ -384,14 +247,11 @@ def answers_of_1(client, checks, res):
         % (statuses, res["in_flight_at_cut"], res["longest_answer_of_1_s"]))
 
 
-def verify(hs, sy, client, pids, checks, results):
+def verify(mq, sy, client, pids, checks, results):
     if "window" in results.get("db_cut", {}):
         answers_of_1(client, checks, results["db_cut"])
     n, completed = verify_history(sy, client, pids, checks)
-    q = hs.rabbitctl("list_queues", "-q", "--no-table-headers", "name", "messages")
-    dead_q = [line.split() for line in q.stdout.splitlines() if line.startswith("pgsaga.dead")]
-    checks.ok(q.returncode == 0 and dead_q and dead_q[0][1] == "0",
-              "pgsaga.dead is empty: %r" % q.stdout)
+    mq.dead_letters_checked(checks)
     cut = results.get("db_cut", {})
     leased = cut.pop("leased_at_cut", [])
     cut["leased_at_cut"] = len(leased)

@@ -177,8 +177,9 @@ class System:
     """A private cluster, one database bootstrapped with sql/bootstrap.sql,
     and the three services on free ports. Use as a context manager."""
 
-    def __init__(self, name, env=None, bootstrap=None):
+    def __init__(self, name, env=None, bootstrap=None, psql_timeout=None):
         self.name = name
+        self.psql_timeout = psql_timeout  # seconds a psql may take (None: no bound)
         self.extra_env = env or {}       # service -> {NAME: value}
         self.bootstrap = bootstrap       # callable(self) to bootstrap, else psql
         self.token = "ops-test-token-%d" % os.getpid()
@@ -313,25 +314,35 @@ class System:
     def psql_cmd(self, role=None, db=None):
         return ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", self.url(role, db)]
 
-    def psql(self, sql, role=None, db=None):
+    def run_psql(self, args, timeout=None):
+        """psql with args, its completed process. Bounded by timeout seconds
+        (self.psql_timeout when None): one that has not finished by then is
+        killed, and raises RuntimeError as an SQL error does."""
+        timeout = self.psql_timeout if timeout is None else timeout
+        try:
+            return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError("psql did not finish within %s s: %s"
+                               % (timeout, " ".join(args[-2:]))) from None
+
+    def psql(self, sql, role=None, db=None, timeout=None):
         """Runs sql; returns the rows as lists of strings (tab-separated,
-        unaligned). Raises on an SQL error."""
-        r = subprocess.run(self.psql_cmd(role, db) + ["-At", "-F", "\t", "-c", sql],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        unaligned). Raises on an SQL error, or when timeout (seconds) ends."""
+        r = self.run_psql(self.psql_cmd(role, db) + ["-At", "-F", "\t", "-c", sql], timeout)
         if r.returncode != 0:
             raise RuntimeError("psql failed (%s): %s\n%s" % (r.returncode, sql, r.stderr))
         return [line.split("\t") for line in r.stdout.splitlines()]
 
-    def scalar(self, sql, role=None):
-        rows = self.psql(sql, role)
+    def scalar(self, sql, role=None, timeout=None):
+        rows = self.psql(sql, role, timeout=timeout)
         return rows[0][0] if rows else None
 
-    def psql_file(self, path, role=None, variables=None):
+    def psql_file(self, path, role=None, variables=None, timeout=None):
         cmd = self.psql_cmd(role)
         for k, v in (variables or {}).items():
             cmd += ["-v", "%s=%s" % (k, v)]
-        r = subprocess.run(cmd + ["-f", path], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+        r = self.run_psql(cmd + ["-f", path], timeout)
         if r.returncode != 0:
             raise RuntimeError("psql -f %s failed: %s" % (path, r.stderr))
         return r.stdout
