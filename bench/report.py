@@ -11,7 +11,8 @@ RESULTS_DIR holds, per series and concurrency, saga-bench's JSON summaries
 run ("records fpi bytes" lines, *.wal), the tls series' TLS handshake
 counters before and after each run (tls-cC-rR.hs), env.txt, rss.txt, the wake-up runs,
 the WAL phase (wal-*.wal) and the failover trials (failover.txt: "trial node
-seconds-to-another-node seconds-to-first-completed seconds-to-rejoin" lines). docs/performance.md explains the figures.
+seconds-to-another-node seconds-to-first-completed seconds-to-rejoin
+queues-it-led" lines). docs/performance.md explains the figures.
 """
 import glob, json, os, re, sys
 out, csv_path, concs = sys.argv[1], sys.argv[2], [int(c) for c in sys.argv[3].split()]
@@ -225,10 +226,12 @@ if os.path.exists(f"{out}/failover.txt"):
         print("failover of the cluster: %d trials, each a SIGKILL of the node the"
               " orchestrator was connected to, sagas posted at 20/s" % len(trials))
         for t in trials:
-            print("  trial %s: node %s killed; orchestrator on another node after %.2f s,"
-                  " first saga begun after the kill completed after %.2f s; node back in"
-                  " the cluster %.1f s after its restart" % (
-                      t[0], t[1], float(t[2]), float(t[3]), float(t[4])))
+            led = "" if len(t) < 6 else " (leader of %s)" % (
+                "no queue" if t[5] == "-" else t[5])
+            print("  trial %s: node %s%s killed: the orchestrator on another node"
+                  " after %.2f s, the first saga begun after the kill completed after %.2f s;"
+                  " restarted, back in the cluster after %.1f s" % (
+                      t[0], t[1], led, float(t[2]), float(t[3]), float(t[4])))
         for i, what in ((3, "SIGKILL to the first saga begun after it completed"),
                         (2, "SIGKILL to the orchestrator connected to another node")):
             v = sorted(float(t[i]) for t in trials)
