@@ -6,11 +6,13 @@ the CSV and the gnuplot input (plot.dat, one block per series).
     bench/report.py RESULTS_DIR CSV "CONCURRENCIES" ROUNDS
 
 RESULTS_DIR holds, per series and concurrency, saga-bench's JSON summaries
-(pgsaga-cC[-rR].json, amqp-..., tls-...), pgbench's output and per-transaction logs
+(pgsaga-cC[-rR].json, amqp-..., amqp-cluster-..., tls-...), pgbench's output and per-transaction logs
 (ceiling-cC-rR.txt, ceiling/cC-rR*, notify-..., minimal-...), the WAL of each
 run ("records fpi bytes" lines, *.wal), the tls series' TLS handshake
-counters before and after each run (tls-cC-rR.hs), env.txt, rss.txt, the wake-up runs and
-the WAL phase (wal-*.wal). docs/performance.md explains the figures.
+counters before and after each run (tls-cC-rR.hs), env.txt, rss.txt, the wake-up runs,
+the WAL phase (wal-*.wal) and the failover trials (failover.txt: "trial node
+seconds-to-another-node seconds-to-first-completed seconds-to-rejoin
+queues-it-led" lines). docs/performance.md explains the figures.
 """
 import glob, json, os, re, sys
 out, csv_path, concs = sys.argv[1], sys.argv[2], [int(c) for c in sys.argv[3].split()]
@@ -88,6 +90,15 @@ for c in concs:
         a = dict(amqp_sagas_per_s=at, amqp_p50_ms=ae["p50"], amqp_p99_ms=ae["p99"],
                  amqp_to_http=at / tput if tput else 0.0,
                  amqp_wal_bytes_per_saga=apw[0])
+        if os.path.exists(f"{out}/amqp-cluster-c{c}.json"):
+            kp = [json.load(open(f"{out}/amqp-cluster-c{c}-r{r}.json"))
+                  for r in range(1, rounds + 1)]
+            kspan = sum(p["span_s"] or 0 for p in kp)
+            ke = json.load(open(f"{out}/amqp-cluster-c{c}.json"))["e2e_ms"]
+            kt = sum(p["terminal"] for p in kp) / kspan if kspan else 0.0
+            a.update(amqp_cluster_sagas_per_s=kt, amqp_cluster_p50_ms=ke["p50"],
+                     amqp_cluster_p99_ms=ke["p99"],
+                     amqp_cluster_to_amqp=kt / at if at else 0.0)
     if os.path.exists(f"{out}/tls-c{c}.json"):
         tp = [json.load(open(f"{out}/tls-c{c}-r{r}.json")) for r in range(1, rounds + 1)]
         tspan = sum(p["span_s"] or 0 for p in tp)
@@ -142,7 +153,9 @@ with open(f"{out}/plot.dat", "w") as f:
                            ("notify", "notify_sagas_per_s", "notify_p99_ms"),
                            ("minimal", "minimal_sagas_per_s", "minimal_p99_ms"),
                            ("amqp", "amqp_sagas_per_s", "amqp_p99_ms"),
-                           ("tls", "tls_sagas_per_s", "tls_p99_ms")):
+                           ("tls", "tls_sagas_per_s", "tls_p99_ms"),
+                           ("amqp-cluster", "amqp_cluster_sagas_per_s",
+                            "amqp_cluster_p99_ms")):
         f.write(f"# {key}\n")
         for r in rows:
             if tput not in r:
@@ -185,6 +198,44 @@ if "amqp_sagas_per_s" in rows[0]:
               ba["amqp_sagas_per_s"], ba["concurrency"],
               100 * ba["amqp_sagas_per_s"] / bh["sagas_per_s"], bh["sagas_per_s"],
               bh["concurrency"]))
+if "amqp_cluster_sagas_per_s" in rows[0]:
+    print()
+    print("over one RabbitMQ node and over a 3-node cluster (quorum queues with three"
+          " members), turns interleaved:")
+    print("%4s %9s %8s %8s %10s %8s %8s %8s" % ("conc", "1 node/s", "p50 ms", "p99 ms",
+          "cluster/s", "p50 ms", "p99 ms", "cluster"))
+    for r in rows:
+        print("%4d %9.1f %8.2f %8.2f %10.1f %8.2f %8.2f %7.0f%%" % (
+            r["concurrency"], r["amqp_sagas_per_s"], r["amqp_p50_ms"], r["amqp_p99_ms"],
+            r["amqp_cluster_sagas_per_s"], r["amqp_cluster_p50_ms"],
+            r["amqp_cluster_p99_ms"], 100 * r["amqp_cluster_to_amqp"]))
+    ba = max(rows, key=lambda r: r["amqp_sagas_per_s"])
+    bk = max(rows, key=lambda r: r["amqp_cluster_sagas_per_s"])
+    print("best cluster throughput %.1f sagas/s (concurrency %d) = %.0f%% of the best single"
+          " node %.1f sagas/s (concurrency %d) (target >= 70%%); at concurrency %d the"
+          " cluster does %.0f%% of the single node" % (
+              bk["amqp_cluster_sagas_per_s"], bk["concurrency"],
+              100 * bk["amqp_cluster_sagas_per_s"] / ba["amqp_sagas_per_s"]
+              if ba["amqp_sagas_per_s"] else 0.0,
+              ba["amqp_sagas_per_s"], ba["concurrency"], ba["concurrency"],
+              100 * ba["amqp_cluster_to_amqp"]))
+if os.path.exists(f"{out}/failover.txt"):
+    trials = [line.split() for line in open(f"{out}/failover.txt") if line.strip()]
+    if trials:
+        print()
+        print("failover of the cluster: %d trials, each a SIGKILL of the node the"
+              " orchestrator was connected to, sagas posted at 20/s" % len(trials))
+        for t in trials:
+            led = "" if len(t) < 6 else " (leader of %s)" % (
+                "no queue" if t[5] == "-" else t[5])
+            print("  trial %s: node %s%s killed: the orchestrator on another node"
+                  " after %.2f s, the first saga begun after the kill completed after %.2f s;"
+                  " restarted, back in the cluster after %.1f s" % (
+                      t[0], t[1], led, float(t[2]), float(t[3]), float(t[4])))
+        for i, what in ((3, "SIGKILL to the first saga begun after it completed"),
+                        (2, "SIGKILL to the orchestrator connected to another node")):
+            v = sorted(float(t[i]) for t in trials)
+            print("%s: median %.2f s, range %.2f-%.2f s" % (what, median(v), v[0], v[-1]))
 if "tls_sagas_per_s" in rows[0]:
     print()
     print("plain and every hop on TLS (HTTPS with client certificates, PostgreSQL"
@@ -262,12 +313,15 @@ if os.path.exists(f"{out}/tls-c{min(concs)}.json"):
 if os.path.exists(f"{out}/amqp-c{min(concs)}.json"):
     wake("amqp", f"{out}/amqp-c{min(concs)}.json",
          ("PayCommand", "PaymentSucceeded", "ReserveInventoryCommand", "InventoryReserved"))
+if os.path.exists(f"{out}/amqp-cluster-c{min(concs)}.json"):
+    wake("amqp-3", f"{out}/amqp-cluster-c{min(concs)}.json",
+         ("PayCommand", "PaymentSucceeded", "ReserveInventoryCommand", "InventoryReserved"))
 print("(commit from %s; an event's handler time starts with saga_apply's read)" % src)
 print()
 for line in open(f"{out}/rss.txt"):
     n, kb, cpu, sagas = line.split()
-    target = "" if n == "amqp-broker" else " (target <= %d)" % (
+    target = "" if n.endswith("-broker") else " (target <= %d)" % (
         24 if n.startswith("amqp-") else 16)
-    print("%-18s peak RSS %6.1f MiB%s; CPU %6.1f s = %4.0f us per saga"
+    print("%-26s peak RSS %6.1f MiB%s; CPU %6.1f s = %4.0f us per saga"
           " (%s sagas)" % (n, int(kb) / 1024, target, float(cpu),
                            1e6 * float(cpu) / max(1, int(sagas)), sagas))
