@@ -1,6 +1,6 @@
 /*
  * metrics_reader: the tests' one reader of a service's GET /metrics (the
- * Prometheus text format of src/lib/metrics.c: "# HELP"/"# TYPE" comments,
+ * Prometheus text format of src/lib/base/metrics.c: "# HELP"/"# TYPE" comments,
  * then one "SERIES VALUE" line per series, no timestamps).
  *
  * A series is a metric's name with its labels exactly as the service writes
