@@ -201,6 +201,8 @@ static SSL_CTX *server_ctx(const struct tls_files *f, char *err, size_t errlen)
 		SSL_CTX_set_client_CA_list(ctx, names);
 		SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, accept_any_cb);
 	}
+	/* an idle connection keeps no record buffers (about 34 KiB) */
+	SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
 	SSL_CTX_set_info_callback(ctx, info_cb);
 	return ctx;
 fail:
@@ -229,6 +231,8 @@ static SSL_CTX *client_ctx(const struct tls_files *f, char *err, size_t errlen)
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, client_verify_cb);
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
 	SSL_CTX_sess_set_new_cb(ctx, new_session_cb);
+	/* an idle connection keeps no record buffers (about 34 KiB) */
+	SSL_CTX_set_mode(ctx, SSL_MODE_RELEASE_BUFFERS);
 	SSL_CTX_set_info_callback(ctx, info_cb);
 	return ctx;
 fail:
