@@ -151,7 +151,7 @@ def run_faults(hs, cl, sy, client, checks):
     # within 180 s: that is RabbitMQ's recovery, not what this test proves,
     # so the node is then restarted as an operator would (docs/operations.md)
     # and the run says so; rejoining after that restart is asserted.
-    rejoined = wait(lambda: cl.whole(cut), 180, 2)
+    rejoined = wait(lambda: cl.whole(cut), 180, 2) is not None
     if not rejoined:
         log("the cut-off node is not back by itself 180 s after the heal; cluster_status: %r;"
             " the end of its log:\n%s" % (cl.ctl(cut, "cluster_status").stdout[-1500:],
