@@ -57,7 +57,7 @@ struct transport_result {
 	enum delivery_outcome outcome; /* delivery_policy.h */
 	const char *error;  /* "HTTP 500", "connection refused", "returned: NO_ROUTE" */
 	const char *where;  /* the instance or broker that was used */
-	/* RETRY: a delay the peer asked for (Retry-After), else -1;
+	/* RETRYABLE: a delay the peer asked for (Retry-After), else -1;
 	 * NOT_ATTEMPTED: when to try again, relative */
 	int64_t delay_ms;
 };
