@@ -14,6 +14,7 @@
 #include "outbox.h"
 #include "saga_engine.h"
 #include "service.h"
+#include "traceparent.h"
 #include "uuid.h"
 
 static struct {
@@ -78,18 +79,14 @@ struct order_ctx {
 	char cmd_id[UUID_STR_LEN];
 	char response[160];
 	char payload[320];
-	char trace[33];
+	char trace[TRACE_ID_LEN];
 };
 
 /* The trace of an incoming traceparent, or a new one. */
-static void trace_id_of(struct evhttp_request *req, char out[33])
+static void trace_id_of(struct evhttp_request *req, char out[TRACE_ID_LEN])
 {
-	char u[UUID_STR_LEN];
-
-	if (httpd_trace_id(httpd_header(req, "traceparent"), out))
-		return;
-	uuid_new(u);
-	snprintf(out, 33, "%.8s%.4s%.4s%.4s%.12s", u, u + 9, u + 14, u + 19, u + 24);
+	if (!traceparent_parse(httpd_header(req, "traceparent"), out))
+		trace_id_new(out);
 }
 
 /*

@@ -1,6 +1,6 @@
 /*
  * The request headers the services parse themselves: Idempotency-Key
- * (httpd_idempotency_key) and traceparent (httpd_trace_id), each checked
+ * (httpd_idempotency_key) and traceparent (traceparent_parse), each checked
  * against an independent reading of its definition (docs/protocol.md; W3C Trace
  * Context). The input is the header value, NUL-terminated at its length
  * (evhttp hands handlers C strings; an embedded NUL ends the value).
@@ -11,6 +11,7 @@
 
 #include "fuzz_common.h"
 #include "httpd.h"
+#include "traceparent.h"
 
 /*
  * docs/protocol.md: 1..255 visible ASCII characters, compared byte for byte (quotes
@@ -76,7 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		free(small);
 	}
 
-	got = httpd_trace_id(h, trace);
+	got = traceparent_parse(h, trace);
 	want = ref_trace(h, want_trace);
 	fuzz_check(got == want, "traceparent \"%s\": %d, expected %d", h, got, want);
 	if (got)

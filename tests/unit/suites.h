@@ -17,5 +17,6 @@ Suite *delivery_policy_suite(void);
 Suite *mq_nodes_suite(void);
 Suite *tls_suite(void);
 Suite *db_params_suite(void);
+Suite *traceparent_suite(void);
 
 #endif

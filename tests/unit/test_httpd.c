@@ -1,4 +1,4 @@
-/* Header parsers of httpd: Idempotency-Key and traceparent. */
+/* Header parsers of httpd: Idempotency-Key (traceparent: test_traceparent.c). */
 #include <check.h>
 #include <string.h>
 
@@ -38,28 +38,12 @@ START_TEST(idempotency_key_forms)
 }
 END_TEST
 
-START_TEST(traceparent_forms)
-{
-	char id[33];
-
-	ck_assert(httpd_trace_id("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", id));
-	ck_assert_str_eq(id, "4bf92f3577b34da6a3ce929d0e0e4736");
-	ck_assert(!httpd_trace_id(NULL, id));
-	ck_assert(!httpd_trace_id("00-00000000000000000000000000000000-00f067aa0ba902b7-01", id));
-	ck_assert(!httpd_trace_id("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", id));
-	ck_assert(!httpd_trace_id("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0", id));
-	ck_assert(!httpd_trace_id("00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", id));
-	ck_assert(!httpd_trace_id("00-4bf92f3577b34da6a3ce929d0e0e473g-00f067aa0ba902b7-01", id));
-}
-END_TEST
-
 Suite *httpd_suite(void)
 {
 	Suite *s = suite_create("httpd");
 	TCase *tc = tcase_create("headers");
 
 	tcase_add_test(tc, idempotency_key_forms);
-	tcase_add_test(tc, traceparent_forms);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -2,6 +2,7 @@
 #include "admin_auth.h"
 
 #include <inttypes.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,14 +13,11 @@
 bool admin_token_equal(const char *got, const char *want)
 {
 	uint8_t a[SHA256_LEN], b[SHA256_LEN];
-	unsigned char diff = 0;
 
 	/* comparing digests hides the length as well as the content */
 	sha256(got, strlen(got), a);
 	sha256(want, strlen(want), b);
-	for (int i = 0; i < SHA256_LEN; i++)
-		diff |= a[i] ^ b[i];
-	return diff == 0;
+	return CRYPTO_memcmp(a, b, SHA256_LEN) == 0;
 }
 
 static void session_mac(const char *token, const char *body, size_t bodylen, char hex[65])

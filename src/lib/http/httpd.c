@@ -230,25 +230,6 @@ const char *httpd_header(struct evhttp_request *req, const char *name)
 	return evhttp_find_header(evhttp_request_get_input_headers(req), name);
 }
 
-static bool lower_hex(const char *s, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
-			return false;
-	return true;
-}
-
-bool httpd_trace_id(const char *tp, char out[33])
-{
-	if (!tp || strlen(tp) != 55 || tp[2] != '-' || tp[35] != '-' || tp[52] != '-' ||
-	    !lower_hex(tp, 2) || !lower_hex(tp + 3, 32) || !lower_hex(tp + 36, 16) ||
-	    !lower_hex(tp + 53, 2) || strspn(tp + 3, "0") >= 32)
-		return false;
-	memcpy(out, tp + 3, 32);
-	out[32] = '\0';
-	return true;
-}
-
 int httpd_header_count(struct evhttp_request *req, const char *name)
 {
 	struct evkeyval *kv;

@@ -130,13 +130,6 @@ char *httpd_query(struct evhttp_request *req, const char *name, bool *bad);
 void httpd_peer_addr(struct evhttp_request *req, char *out, size_t outlen);
 
 /*
- * The trace id (32 lowercase hex digits) of a W3C traceparent header value
- * "00-<trace id>-<parent id>-<flags>"; false when tp is NULL or malformed
- * (the all-zero id included).
- */
-bool httpd_trace_id(const char *tp, char out[33]);
-
-/*
  * An Idempotency-Key header value: 1-255 visible ASCII characters, taken
  * byte for byte (docs/protocol.md: "abc" with its quotes is another key than abc).
  * Copies it into out (outlen >= 256) and returns true when valid.

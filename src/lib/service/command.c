@@ -7,12 +7,12 @@
 
 #include "service.h"
 #include "db.h"
-#include "httpd.h"
 #include "transport.h"
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
+#include "traceparent.h"
 #include "uuid.h"
 
 /* The table is found again after a fault delay through this. */
@@ -25,7 +25,7 @@ struct cmd_ctx {
 	const struct command_type *type;
 	char command_id[UUID_STR_LEN];
 	char saga_id[UUID_STR_LEN];
-	char trace[33];
+	char trace[TRACE_ID_LEN];
 };
 
 static struct metric_family *duplicates(void)
@@ -64,7 +64,7 @@ static void run(struct inmsg m, struct service *service, const char *tail)
 {
 	const struct command_type *type = NULL;
 	const char *params[4 + COMMAND_MAX_EXTRA], *bad = NULL, *cid, *sid;
-	char buf[COMMAND_MAX_EXTRA][32], err[128], trace[33];
+	char buf[COMMAND_MAX_EXTRA][32], err[128], trace[TRACE_ID_LEN];
 	struct json_object *obj;
 	struct cmd_ctx *c;
 	size_t len;
@@ -105,7 +105,7 @@ static void run(struct inmsg m, struct service *service, const char *tail)
 	snprintf(c->saga_id, sizeof(c->saga_id), "%s", sid);
 	params[0] = cid;
 	params[1] = sid;
-	if (httpd_trace_id(inmsg_traceparent(m), trace)) {
+	if (traceparent_parse(inmsg_traceparent(m), trace)) {
 		memcpy(c->trace, trace, sizeof(c->trace));
 		params[2 + type->nextra] = c->trace;
 	} else {

@@ -244,21 +244,6 @@ static void fail_marked(void *arg, PGresult *res, const struct db_error *err)
 	mark_done(ob, res, err);
 }
 
-static enum delivery_outcome outcome_of(enum transport_outcome o)
-{
-	switch (o) {
-	case TRANSPORT_OK:
-		return DELIVERY_OK;
-	case TRANSPORT_REFUSED:
-		return DELIVERY_REFUSED;
-	case TRANSPORT_NOT_ATTEMPTED:
-		return DELIVERY_NOT_ATTEMPTED;
-	case TRANSPORT_RETRY:
-	default:
-		return DELIVERY_RETRYABLE;
-	}
-}
-
 static void delivered(struct transport_send *s, const struct transport_result *r)
 {
 	struct delivery *d = (struct delivery *)s;
@@ -271,7 +256,7 @@ static void delivered(struct transport_send *s, const struct transport_result *r
 
 	clock_gettime(CLOCK_MONOTONIC, &end);
 	ob->in_flight--;
-	dd = delivery_policy_decide(&policy, outcome_of(r->outcome), d->attempts, r->delay_ms,
+	dd = delivery_policy_decide(&policy, r->outcome, d->attempts, r->delay_ms,
 				    (int64_t)end.tv_sec * 1000 + end.tv_nsec / 1000000,
 				    backoff_random);
 	if (dd.next == DELIVERY_DONE) {

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "delivery_policy.h"
+
 struct event_base;
 struct evhttp_request;
 struct httpc_peer;
@@ -48,21 +50,14 @@ struct transport_msg {
 	const char *type;    /* "PayCommand", ... */
 	const char *payload; /* the JSON body */
 	size_t len;
-	const char *trace;   /* 32 hex digits, or NULL */
-};
-
-enum transport_outcome {
-	TRANSPORT_OK,            /* delivered (2xx; a broker's confirm) */
-	TRANSPORT_RETRY,         /* failed, may succeed later */
-	TRANSPORT_REFUSED,       /* failed, never will (a 4xx): dead letter now */
-	TRANSPORT_NOT_ATTEMPTED, /* an open circuit held it back: not an attempt */
+	const char *trace;   /* a trace id (traceparent.h), or NULL */
 };
 
 struct transport_result {
-	enum transport_outcome outcome;
+	enum delivery_outcome outcome; /* delivery_policy.h */
 	const char *error;  /* "HTTP 500", "connection refused", "returned: NO_ROUTE" */
 	const char *where;  /* the instance or broker that was used */
-	/* RETRY: a delay the peer asked for (Retry-After), else -1;
+	/* RETRYABLE: a delay the peer asked for (Retry-After), else -1;
 	 * NOT_ATTEMPTED: when to try again, relative */
 	int64_t delay_ms;
 };
@@ -118,12 +113,6 @@ static inline void transport_send(struct transport *t, const struct transport_ms
  */
 struct transport *transport_http_new(const char *const *dests, struct httpc_peer *const *peers,
 				     size_t n, const char *token);
-
-/*
- * The traceparent for the next hop of trace (32 hex digits): same trace, a
- * new span. False when trace is NULL or not 32 characters long.
- */
-bool transport_traceparent(const char *trace, char out[56]);
 
 /* --- receiving ---------------------------------------------------------- */
 

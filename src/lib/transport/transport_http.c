@@ -6,10 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "delivery_policy.h"
 #include "httpc.h"
 #include "httpd.h"
-#include "uuid.h"
+#include "traceparent.h"
 
 struct transport_http {
 	struct transport t; /* first: the ops see a struct transport * */
@@ -28,18 +27,16 @@ static void answered(void *arg, const struct httpc_result *r)
 	struct transport_result tr = { .where = r->instance, .delay_ms = r->retry_after_ms };
 
 	h->pending--;
-	if (r->status >= 200 && r->status < 300) {
-		tr.outcome = TRANSPORT_OK;
-		tr.error = "";
-	} else if (r->status == 0) {
-		tr.outcome = r->not_before_ms > 0 ? TRANSPORT_NOT_ATTEMPTED : TRANSPORT_RETRY;
-		if (r->not_before_ms > 0)
-			tr.delay_ms = r->not_before_ms;
+	tr.outcome = delivery_policy_http(r->status);
+	if (r->status == 0) {
 		tr.error = r->error;
+		if (r->not_before_ms > 0) {
+			tr.outcome = DELIVERY_NOT_ATTEMPTED;
+			tr.delay_ms = r->not_before_ms;
+		}
+	} else if (tr.outcome == DELIVERY_OK) {
+		tr.error = "";
 	} else {
-		tr.outcome = delivery_policy_http(r->status) == DELIVERY_RETRYABLE
-				     ? TRANSPORT_RETRY
-				     : TRANSPORT_REFUSED;
 		snprintf(err, sizeof(err), "HTTP %d", r->status);
 		tr.error = err;
 	}
@@ -51,7 +48,7 @@ static void http_send(struct transport *t, const struct transport_msg *m,
 {
 	struct transport_http *h = (struct transport_http *)t;
 	struct httpc_peer *peer = NULL;
-	char path[128], auth[300], traceparent[64];
+	char path[128], auth[300], traceparent[TRACEPARENT_LEN];
 	const char *headers[5] = { "Authorization", auth, NULL, NULL, NULL };
 
 	for (size_t i = 0; i < h->n && !peer; i++)
@@ -59,7 +56,7 @@ static void http_send(struct transport *t, const struct transport_msg *m,
 			peer = h->peers[i];
 	if (!peer) {
 		/* a destination nobody configured: nothing to wait for */
-		struct transport_result r = { TRANSPORT_REFUSED, "unknown destination", m->dest, -1 };
+		struct transport_result r = { DELIVERY_REFUSED, "unknown destination", m->dest, -1 };
 
 		s->cb(s, &r);
 		return;
@@ -67,25 +64,13 @@ static void http_send(struct transport *t, const struct transport_msg *m,
 	snprintf(path, sizeof(path), "/%s/%s",
 		 strcmp(m->kind, "command") == 0 ? "commands" : "events", m->type);
 	snprintf(auth, sizeof(auth), "Bearer %s", h->token);
-	if (transport_traceparent(m->trace, traceparent)) {
+	if (traceparent_build(m->trace, traceparent)) {
 		headers[2] = "traceparent";
 		headers[3] = traceparent;
 	}
 	s->tag = (uint64_t)(uintptr_t)h;
 	h->pending++;
 	httpc_post(peer, path, m->payload, m->len, headers, answered, s);
-}
-
-bool transport_traceparent(const char *trace, char out[56])
-{
-	char span[UUID_STR_LEN];
-
-	if (!trace || strlen(trace) != 32)
-		return false;
-	/* W3C trace context: same trace, a new span for this hop */
-	uuid_new(span);
-	snprintf(out, 56, "00-%s-%.8s%.4s%.4s-01", trace, span, span + 9, span + 14);
-	return true;
 }
 
 static bool http_idle(const struct transport *t)

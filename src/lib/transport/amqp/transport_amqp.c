@@ -3,8 +3,8 @@
  * connection itself runs on the mq_link thread.
  *
  * Sending: each row becomes one mq_msg handed to the link; its confirm comes
- * back through the link's eventfd and ends the send (TRANSPORT_OK on a
- * basic.ack, else TRANSPORT_RETRY: a nack, a return or a lost connection is
+ * back through the link's eventfd and ends the send (DELIVERY_OK on a
+ * basic.ack, else DELIVERY_RETRYABLE: a nack, a return or a lost connection is
  * a failed attempt like an HTTP 503). A breaker per destination keeps a
  * broker that is down from burning attempts, as httpc's does for a peer.
  *
@@ -29,6 +29,7 @@
 #include "metrics.h"
 #include "mq_link.h"
 #include "mq_nodes.h"
+#include "traceparent.h"
 
 #define MAX_DESTS 8
 #define WINDOW 256
@@ -108,7 +109,7 @@ static void show_state(struct dest_breaker *d)
 /* A send answered without the broker: a closed circuit, an unknown place. */
 struct answer_now {
 	struct transport_send *s;
-	enum transport_outcome outcome;
+	enum delivery_outcome outcome;
 	const char *error; /* a literal */
 	int64_t delay_ms;
 	char where[128];
@@ -125,7 +126,7 @@ static void answer_now_cb(evutil_socket_t fd, short what, void *arg)
 
 /* The callback never runs inside transport_send: on the next loop turn. */
 static void answer_soon(struct transport_amqp *a, struct transport_send *s,
-			enum transport_outcome outcome, const char *error, int64_t delay_ms)
+			enum delivery_outcome outcome, const char *error, int64_t delay_ms)
 {
 	struct answer_now *n = calloc(1, sizeof(*n));
 	struct timeval zero = { 0, 0 };
@@ -159,7 +160,7 @@ static void amqp_send(struct transport *t, const struct transport_msg *msg,
 
 	if (!known_dest(a, msg->dest)) {
 		/* as over HTTP: a destination nobody configured is a dead letter */
-		answer_soon(a, s, TRANSPORT_REFUSED, "unknown destination", -1);
+		answer_soon(a, s, DELIVERY_REFUSED, "unknown destination", -1);
 		return;
 	}
 	d = breaker_for(a, msg->dest);
@@ -167,7 +168,7 @@ static void amqp_send(struct transport *t, const struct transport_msg *msg,
 		int64_t delay = breaker_retry_at(&d->br, now) - now;
 
 		show_state(d);
-		answer_soon(a, s, TRANSPORT_NOT_ATTEMPTED, "circuit open", delay < 1 ? 1 : delay);
+		answer_soon(a, s, DELIVERY_NOT_ATTEMPTED, "circuit open", delay < 1 ? 1 : delay);
 		return;
 	}
 	show_state(d);
@@ -176,7 +177,7 @@ static void amqp_send(struct transport *t, const struct transport_msg *msg,
 	snprintf(m->id, sizeof(m->id), "%s", msg->id);
 	snprintf(m->type, sizeof(m->type), "%s", msg->type);
 	snprintf(m->dest, sizeof(m->dest), "%s", msg->dest);
-	if (!transport_traceparent(msg->trace, m->traceparent))
+	if (!traceparent_build(msg->trace, m->traceparent))
 		m->traceparent[0] = '\0';
 	memcpy(m->body, msg->payload, msg->len);
 	a->unconfirmed++;
@@ -187,7 +188,7 @@ static void amqp_send(struct transport *t, const struct transport_msg *msg,
 static void confirmed(struct transport_amqp *a, struct mq_msg *m)
 {
 	struct transport_send *s = m->token;
-	struct transport_result r = { m->ok ? TRANSPORT_OK : TRANSPORT_RETRY, m->error, a->where,
+	struct transport_result r = { m->ok ? DELIVERY_OK : DELIVERY_RETRYABLE, m->error, a->where,
 				      -1 };
 	struct timespec end;
 
