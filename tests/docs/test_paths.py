@@ -9,7 +9,9 @@ meson.build files. In them a path is
   top-level folders (src/ sql/ tests/ scripts/ docs/ bench/ deploy/ docker/
   .ci/) and goes on with path characters: `src/lib/pg/db.h`, `tests/unit/`;
 - the target of a Markdown link, `[text](target)`, taken relative to the
-  file that holds it (addresses with a scheme and bare #anchors aside).
+  file that holds it (addresses with a scheme aside); its `#anchor`, when
+  it names a Markdown file (or is bare, in the same file), must be one of
+  that file's headings as GitHub makes anchors of them.
 
 What does not count, by rule rather than by list:
 
@@ -86,6 +88,32 @@ def candidates(f, text):
             yield text.count("\n", 0, m.start()) + 1, m.group(1), rel
 
 
+def anchors(path):
+    """The anchors GitHub makes of a Markdown file's headings."""
+    out, seen = set(), {}
+    text = open(os.path.join(SRC, path), encoding="utf-8").read()
+    text = re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    for m in re.finditer(r"^#{1,6} +(.*?) *#*$", text, re.M):
+        a = re.sub(r"[^\w\- ]", "", m.group(1).lower()).replace(" ", "-")
+        n = seen.get(a, 0)
+        seen[a] = n + 1
+        out.add(a if n == 0 else "%s-%d" % (a, n))
+    return out
+
+
+def bad_anchors(f, text):
+    for m in LINK.finditer(text):
+        target = m.group(1)
+        if "#" not in target or re.match(r"^[a-z][a-z0-9+.-]*:", target):
+            continue
+        path, anchor = target.split("#", 1)
+        path = os.path.normpath(os.path.join(os.path.dirname(f), path)) if path else f
+        if not path.endswith(".md") or not os.path.exists(os.path.join(SRC, path)):
+            continue
+        if anchor not in anchors(path):
+            yield text.count("\n", 0, m.start()) + 1, target
+
+
 def main():
     missing = []
     files = [f for f in tracked() if is_words(f)]
@@ -99,6 +127,9 @@ def main():
         for line, shown, path in candidates(f, text):
             if not exists(path):
                 missing.append("%s:%d: %s does not exist" % (f, line, shown))
+        if f.endswith(".md"):
+            for line, target in bad_anchors(f, text):
+                missing.append("%s:%d: %s names no heading" % (f, line, target))
     print("read %d files" % len(files))
     for m in missing:
         print(m)
