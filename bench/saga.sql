@@ -15,7 +15,7 @@
 -- Delivery marks are not in the ceiling. The services write them apart
 -- from the saga's statements: every MARK_WINDOW_MS (50 ms) window's marks
 -- in one outbox_ack statement per service, with asynchronous commit, off
--- the path of the sagas (README, "Delivery marks"): about 20 statements/s
+-- the path of the sagas (docs/architecture.md, "Delivery marks"): about 20 statements/s
 -- per service whatever the load, a small fraction of a statement per saga
 -- at the rates measured, though each still updates 4 rows per saga. Left
 -- out, they make the ceiling a little higher than a faithful copy, never

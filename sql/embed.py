@@ -19,7 +19,7 @@ named adopt-<release>.sql adopts a schema made by that earlier release: its
 lines "-- @adopts <version>" name the versions that release recorded, its
 SQL brings such a schema to the state the migrations up to the one named by
 "-- @up-to <version>" make, and it is placed right after that one
-(src/lib/migrate.c).
+(src/lib/pg/migrate.c).
 <major> is the schema's major version the migrations bring a database to.
 
     python3 embed.py --files <name> <header.h> <output.c> <input>...

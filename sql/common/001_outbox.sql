@@ -4,7 +4,7 @@
 -- 002_outbox_functions.sql.
 --
 -- Applied in each schema by the schema's own role, with search_path set to
--- that schema (src/lib/migrate.c). Names are therefore unqualified and
+-- that schema (src/lib/pg/migrate.c). Names are therefore unqualified and
 -- nothing here may depend on which schema it lands in. Functions that read
 -- tables carry "SET search_path FROM CURRENT", which pins the schema they
 -- were created in, so an operator can call payment.retry_dead_letters()

@@ -13,7 +13,7 @@
 -- connections. The same holds for every function the hot path calls.
 
 -- A one-row version 7 UUID generator for ids made in SQL, time first, so
--- that they, like the ids the services make in C (src/lib/uuid.c), append
+-- that they, like the ids the services make in C (src/lib/base/uuid.c), append
 -- to the right-most leaf of the indexes they are keys of.
 CREATE FUNCTION uuid_v7() RETURNS uuid
 	LANGUAGE sql VOLATILE PARALLEL SAFE

@@ -16,7 +16,7 @@
 --
 -- A service's own writes (a charge, a refund, a reservation, a release) are
 -- effects, not bookkeeping: every service connection sets
--- pgsaga.writer = service (src/lib/db.c), and the triggers' WHEN clauses
+-- pgsaga.writer = service (src/lib/pg/db.c), and the triggers' WHEN clauses
 -- test it without calling a function, so the hot path pays one
 -- current_setting() per row and no PL/pgSQL.
 --

@@ -3,7 +3,7 @@
 -- 0.9.0 applied its migrations one by one, the names below, recorded in
 -- inventory.schema_migrations. They ended in the schema that the numbered
 -- files of this release (sql/common/, sql/inventory/) create from scratch,
--- so this file only brings what differs to that state; src/lib/migrate.c
+-- so this file only brings what differs to that state; src/lib/pg/migrate.c
 -- runs it, in one transaction, when every one of these versions is recorded
 -- and no schema_version table exists yet, then records the numbered files
 -- as applied and the schema's major version. The 0.9.0 rows stay, so a

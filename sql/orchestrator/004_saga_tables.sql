@@ -85,8 +85,8 @@ COMMENT ON INDEX saga_instances_ended_item_idx IS 'Admin API: finished sagas of 
 -- right after its guarded UPDATE found the row), and nothing deletes sagas,
 -- so a key would check nothing that can fail; yet its check ran an SPI
 -- query and took a row lock (a WAL record) three times per saga: 170-250 us
--- of PostgreSQL CPU per saga, 6-8 % (docs/performance.md). The README ("The
--- timeline without a foreign key") says why the timeline stays whole
+-- of PostgreSQL CPU per saga, 6-8 %. docs/architecture.md ("The timeline
+-- without a foreign key") says why the timeline stays whole
 -- without it, and scripts/audit checks it (sql/audit.sql).
 CREATE TABLE saga_history (
     saga_id    uuid NOT NULL,

@@ -16,7 +16,7 @@
  * rather than being returned) is declared on MQ_SPARE_CHANNEL, one
  * declaration at a time: when the broker refuses one (403 ACCESS_REFUSED:
  * the service runs as a RabbitMQ user without configure rights there, see
- * README.md "Running across hosts"), that channel is reopened and the
+ * docs/tls.md "One RabbitMQ user per service"), that channel is reopened and the
  * service goes on; each peer declares its own queue, and whoever may declare
  * pgsaga.dead (the orchestrator's user) does. Any other failure to declare
  * pgsaga.dead is logged too, and never keeps a service from its own queue.
