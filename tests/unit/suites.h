@@ -18,5 +18,7 @@ Suite *mq_nodes_suite(void);
 Suite *tls_suite(void);
 Suite *db_params_suite(void);
 Suite *traceparent_suite(void);
+Suite *saga_def_suite(void);
+Suite *saga_machine_suite(void);
 
 #endif
