@@ -133,7 +133,8 @@ static int compile_input_field(struct compile *c, const char *key, struct json_o
 		return fail(c, "input.%s: must be an object with a type", key);
 	if (!json_object_object_get_ex(spec, "type", &v))
 		return fail(c, "input.%s.type: required", key);
-	type = json_object_is_type(v, json_type_string) ? json_object_get_string(v) : "";
+	if (jsonx_get_str(spec, "type", 16, &type) != 0)
+		type = "";
 	if (strcmp(type, "id") == 0) {
 		f->type = SAGA_INPUT_ID;
 		return 0;

@@ -12,14 +12,15 @@ static enum step_event find_event(const struct saga_def *d, const char *type, in
 {
 	for (size_t i = 0; type && i < d->n_steps; i++) {
 		const struct saga_step_def *s = &d->steps[i];
+		const char *const names[] = { s->succeeded, s->failed, s->compensated };
+		static const enum step_event kinds[] = { EV_SUCCEEDED, EV_FAILED, EV_COMPENSATED };
 
-		*step = (int)i;
-		if (strcmp(type, s->succeeded) == 0)
-			return EV_SUCCEEDED;
-		if (strcmp(type, s->failed) == 0)
-			return EV_FAILED;
-		if (strcmp(type, s->compensated) == 0)
-			return EV_COMPENSATED;
+		for (size_t e = 0; e < 3; e++) {
+			if (strcmp(type, names[e]) == 0) {
+				*step = (int)i;
+				return kinds[e];
+			}
+		}
 	}
 	*step = -1;
 	return EV_NONE;
