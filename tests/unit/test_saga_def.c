@@ -146,6 +146,7 @@ static const struct rule_case rule_cases[] = {
 	{ "input.qty.type", "\"float\"", "input.qty.type: must be id, integer or string" },
 	{ "input.qty.type", "\"Integer\"", "input.qty.type: must be id, integer or string" },
 	{ "input.qty.type", "1", "input.qty.type: must be id, integer or string" },
+	{ "input.qty.type", "\"integer\\u0000x\"", "input.qty.type: must be id, integer or string" },
 	{ "input.qty.min", NULL, "input.qty.min: required" },
 	{ "input.qty.max", NULL, "input.qty.max: required" },
 	{ "input.qty.min", "1.0", "input.qty.min: must be a 64-bit integer" },
@@ -567,13 +568,12 @@ END_TEST
 
 /* ---- the shipped definitions ---- */
 
-static struct saga_def *load(const char *file)
+char *saga_test_definition(const char *file)
 {
 	const char *src = getenv("SAGA_SOURCE_DIR");
-	char path[1024], err[256], *text;
+	char path[1024], *text;
 	FILE *f;
 	long len;
-	struct saga_def *d;
 
 	ck_assert_msg(src != NULL, "SAGA_SOURCE_DIR is not set (run through meson test)");
 	snprintf(path, sizeof(path), "%s/src/orchestrator/definitions/%s", src, file);
@@ -585,9 +585,17 @@ static struct saga_def *load(const char *file)
 	text = malloc((size_t)len + 1);
 	ck_assert_ptr_nonnull(text);
 	ck_assert_uint_eq(fread(text, 1, (size_t)len, f), (size_t)len);
+	text[len] = '\0';
 	fclose(f);
-	d = saga_def_parse(text, (size_t)len, err, sizeof(err));
-	ck_assert_msg(d != NULL, "%s: %s", path, err);
+	return text;
+}
+
+static struct saga_def *load(const char *file)
+{
+	char err[256], *text = saga_test_definition(file);
+	struct saga_def *d = saga_def_parse(text, strlen(text), err, sizeof(err));
+
+	ck_assert_msg(d != NULL, "%s: %s", file, err);
 	free(text);
 	return d;
 }

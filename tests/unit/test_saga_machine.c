@@ -15,20 +15,26 @@
 #include "saga_machine.h"
 #include "suites.h"
 
-/* The order saga, as src/orchestrator/definitions/order.json has it. */
-static const char order_doc[] =
-	"{\"name\":\"order\",\"version\":1,"
-	"\"input\":{\"customerId\":{\"type\":\"id\"},\"itemId\":{\"type\":\"id\"},"
-	"\"qty\":{\"type\":\"integer\",\"min\":1,\"max\":1000},"
-	"\"amount\":{\"type\":\"integer\",\"min\":1,\"max\":1000000000000}},"
-	"\"steps\":[{\"name\":\"Payment\",\"participant\":\"payment\",\"command\":\"PayCommand\","
-	"\"fields\":[\"customerId\",\"amount\"],\"succeeded\":\"PaymentSucceeded\","
-	"\"failed\":\"PaymentFailed\",\"compensation\":\"RefundPaymentCommand\","
-	"\"compensated\":\"PaymentRefunded\"},"
-	"{\"name\":\"Inventory\",\"participant\":\"inventory\","
-	"\"command\":\"ReserveInventoryCommand\",\"fields\":[\"itemId\",\"qty\"],"
-	"\"succeeded\":\"InventoryReserved\",\"failed\":\"InventoryReservationFailed\","
-	"\"compensation\":\"ReleaseInventoryCommand\",\"compensated\":\"InventoryReleased\"}]}";
+/*
+ * The order saga's definition file, compact (jsonx_compact keeps the key
+ * order), so that a test can change one member by replacing its text.
+ */
+static char *order_doc;
+
+static void load_order(void)
+{
+	char *text = saga_test_definition("order.json");
+
+	order_doc = jsonx_compact(text);
+	ck_assert_ptr_nonnull(order_doc);
+	free(text);
+}
+
+static void free_order(void)
+{
+	free(order_doc);
+	order_doc = NULL;
+}
 
 static struct saga_def *compile(const char *text)
 {
@@ -851,6 +857,8 @@ Suite *saga_machine_suite(void)
 {
 	Suite *s = suite_create("saga_machine");
 	TCase *tc = tcase_create("machine");
+
+	tcase_add_checked_fixture(tc, load_order, free_order);
 
 	tcase_add_test(tc, machine_success_every_shape);
 	tcase_add_test(tc, machine_failure_at_each_step);
