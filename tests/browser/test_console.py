@@ -36,10 +36,8 @@ import time
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "ops"))
-sys.path.insert(0, HERE)
-import opslib  # noqa: E402
-import cdp  # noqa: E402
+from sagatest import core
+from sagatest import cdp
 
 ADMIN_TOKEN = "browser-console-admin-token-%d" % os.getpid()
 XSS = "<img src=x onerror=alert(1)>"
@@ -50,9 +48,9 @@ DEAD = 6  # sagas whose PayCommand dies: retried 1, then 2 selected, then a grou
 STATES = ("PendingPayment", "PendingInventory", "Compensating", "Completed", "Failed",
           "Compensated")
 WIDTHS = (1280, 390)
-ARTEFACTS = os.path.join(opslib.BUILD, "tests", "browser-artefacts")
+ARTEFACTS = os.path.join(core.BUILD, "tests", "browser-artefacts")
 
-c = opslib.Checks("browser-console")
+c = core.Checks("browser-console")
 
 
 def services_env():
@@ -63,10 +61,10 @@ def services_env():
 
 
 def faults(s, rate):
-    r = opslib.request(s.ports["payment"], "POST", "/admin/faults",
-                       {"failRate": rate, "delayMs": 0, "dropResponseRate": 0}, s.internal())
+    r = core.request(s.ports["payment"], "POST", "/admin/faults",
+                     {"failRate": rate, "delayMs": 0, "dropResponseRate": 0}, s.internal())
     if r.status != 200:
-        opslib.die("POST /admin/faults: %r" % r)
+        core.die("POST /admin/faults: %r" % r)
 
 
 def make_data(s):
@@ -78,11 +76,11 @@ def make_data(s):
         r = s.order("ok-%d" % i, customer="c-%d" % (i % 3 + 1), item="A001" if i % 2 else "B002",
                     qty=i % 3 + 1, amount=1200 + 100 * i)
         if r.status != 201:
-            opslib.die("POST /orders: %r" % r)
+            core.die("POST /orders: %r" % r)
     s.order("comp-1", customer="c-9", item="Z999")
     s.order("fail-1", customer="poor")
     if not s.wait_terminal(60):
-        opslib.die("the first sagas did not finish")
+        core.die("the first sagas did not finish")
     # Dead letters: payment answers 500 to everything until the
     # orchestrator has given up on three PayCommands.
     faults(s, 1.0)
@@ -90,7 +88,7 @@ def make_data(s):
         s.order("dl-%d" % i, customer="dl-%d" % i)
     if not s.wait_sql("SELECT count(*) FROM orchestrator.outbox_messages WHERE dead_at IS NOT NULL",
                       str(DEAD), 60):
-        opslib.die("no dead letters")
+        core.die("no dead letters")
     faults(s, 0.0)
     # One of them looks stuck: nothing happened to it for 10 minutes.
     s.psql("UPDATE orchestrator.saga_instances SET updated_at = now() - interval '10 minutes' "
@@ -102,7 +100,7 @@ def make_data(s):
            "'{\"eventId\": \"%s\", \"sagaId\": \"%s\"}')" % (GHOST_MSG, GHOST_MSG, GHOST_SAGA))
     if not s.wait_sql("SELECT count(*) FROM payment.outbox_messages WHERE dead_at IS NOT NULL",
                       "1", 60):
-        opslib.die("the 404 did not make a dead letter")
+        core.die("the 404 did not make a dead letter")
     s.psql("UPDATE payment.outbox_messages SET last_error = last_error || ' %s' "
            "WHERE message_id = '%s'" % (XSS_ERR, GHOST_MSG))
     # Markup where an operator reads it: a customer id.
@@ -502,12 +500,12 @@ def expected_log(entry):
 
 
 def main():
-    opslib.need_tool("psql", "postgresql")
+    core.need_tool("psql", "postgresql")
     os.makedirs(ARTEFACTS, exist_ok=True)
     for old in os.listdir(ARTEFACTS):  # this run's pictures only
         if old.endswith(".png"):
             os.remove(os.path.join(ARTEFACTS, old))
-    with opslib.System("browser", env=services_env()) as s:
+    with core.System("browser", env=services_env()) as s:
         t0 = time.monotonic()
         make_data(s)
         print("data made in %.1f s" % (time.monotonic() - t0), flush=True)

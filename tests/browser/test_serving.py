@@ -11,8 +11,7 @@ import re
 import sys
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-import opslib  # noqa: E402
+from sagatest import core
 
 CSP = "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 FILES = {"": "text/html", "index.html": "text/html", "console.js": "text/javascript",
@@ -22,12 +21,12 @@ ADMIN_TOKEN = "browser-serving-admin-token-%d" % os.getpid()
 
 
 def main():
-    c = opslib.Checks("browser-serving")
-    with opslib.System("serving") as s:
+    c = core.Checks("browser-serving")
+    with core.System("serving") as s:
         port = s.ports["orchestrator"]
         # Without ADMIN_TOKEN the console does not exist.
         for path in ("/console/", "/console", "/console/console.js", "/console/nothing"):
-            r = opslib.request(port, "GET", path)
+            r = core.request(port, "GET", path)
             c.ok(r.status == 404, "without ADMIN_TOKEN GET %s is 404, got %r" % (path, r))
 
         s.extra_env["orchestrator"] = {"ADMIN_TOKEN": ADMIN_TOKEN}
@@ -35,14 +34,14 @@ def main():
         s.start_service("orchestrator")
         s.wait_ready("orchestrator")
 
-        r = opslib.request(port, "GET", "/console")
+        r = core.request(port, "GET", "/console")
         c.ok(r.status == 301 and r.header("Location") == "/console/",
              "GET /console redirects to /console/, got %r %s" % (r, r.header("Location")))
 
         total = 0
         bodies = {}
         for name, ctype in FILES.items():
-            r = opslib.request(port, "GET", "/console/" + name)
+            r = core.request(port, "GET", "/console/" + name)
             if not c.ok(r.status == 200, "GET /console/%s is 200, got %r" % (name, r)):
                 continue
             if name:
@@ -58,20 +57,20 @@ def main():
                  "%s: Cache-Control no-cache (revalidate), got %r" % (name, r.header("Cache-Control")))
             etag = r.header("ETag")
             if c.ok(bool(etag), "%s has an ETag" % name):
-                again = opslib.request(port, "GET", "/console/" + name,
-                                       headers={"If-None-Match": etag})
+                again = core.request(port, "GET", "/console/" + name,
+                                     headers={"If-None-Match": etag})
                 c.ok(again.status == 304 and again.body == b"",
                      "%s with its ETag is 304 without a body, got %r" % (name, again))
-        c.ok(bodies.get("index.html") == opslib.request(port, "GET", "/console/").body,
+        c.ok(bodies.get("index.html") == core.request(port, "GET", "/console/").body,
              "/console/ is index.html")
         # What embed.py compiled in is the files, byte for byte.
         for name, body in bodies.items():
-            with open(os.path.join(opslib.SRC, "src", "orchestrator", "console", name), "rb") as f:
+            with open(os.path.join(core.SRC, "src", "orchestrator", "console", name), "rb") as f:
                 c.ok(f.read() == body, "%s is served as it is in the source tree" % name)
         for path in ("/console/nothing.js", "/console/../main.c", "/console/console.js/x"):
-            r = opslib.request(port, "GET", path)
+            r = core.request(port, "GET", path)
             c.ok(r.status == 404, "GET %s is 404, got %r" % (path, r))
-        r = opslib.request(port, "POST", "/console/", b"")
+        r = core.request(port, "POST", "/console/", b"")
         c.ok(r.status == 405, "POST /console/ is 405, got %r" % r)
 
         print("console size: %d bytes (%s)" % (total, ", ".join(

@@ -84,8 +84,7 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from opslib import SRC, Checks, Response, die, free_port, request  # noqa: E402
+from sagatest.core import SRC, Checks, Response, die, free_port, request
 
 checks = Checks("compose-up")
 COMPOSE_FILE = os.path.join(SRC, "docker-compose.yml")

@@ -51,16 +51,14 @@ by a watchdog (scripts/hosts watch) when this test is SIGKILLed.
 
 import json
 import os
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from clusters import Hosts, HostsSystem, PatroniCluster, RabbitCluster, diagnose  # noqa: E402
-from hostslib import (Client, amqp_log, begin, drive, first_completion_after, log,  # noqa: E402
-                      log_event, metric_sum, readyz, together, verify_history, wait,
-                      wait_progress)
-from opslib import die  # noqa: E402
+from sagatest.clusters import Hosts, HostsSystem, PatroniCluster, RabbitCluster, diagnose
+from sagatest.hosts import (Client, amqp_log, begin, drive, first_completion_after, log,
+                            log_event, metric_sum, readyz, together, verify_history, wait,
+                            wait_progress)
+from sagatest.core import die
 
 CLUSTER_HOSTS = (1, 2, 3)
 A, B, CLIENT_HOST = 4, 5, 6

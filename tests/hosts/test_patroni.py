@@ -31,13 +31,11 @@ by a watchdog (scripts/hosts watch) when this test is SIGKILLed.
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from clusters import Hosts, HostsSystem, PatroniCluster  # noqa: E402
-from hostslib import (Client, begin, drive, log, metric_sum, verify_history, wait,  # noqa: E402
-                      wait_progress)
+from sagatest.clusters import Hosts, HostsSystem, PatroniCluster
+from sagatest.hosts import (Client, begin, drive, log, metric_sum, verify_history, wait,
+                            wait_progress)
 
 MEMBERS = 3
 APP_HOST = 4

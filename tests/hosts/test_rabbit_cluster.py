@@ -33,15 +33,13 @@ starting RabbitMQ nodes.
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from clusters import Hosts, RabbitCluster, diagnose  # noqa: E402
-from hostslib import (PSQL_TIMEOUT_S, Client, amqp_log, begin, drive,  # noqa: E402
-                      first_completion_after, link_events, log, metric_sum, readyz,
-                      verify_history, wait, wait_progress)
-from opslib import System  # noqa: E402
+from sagatest.clusters import Hosts, RabbitCluster, diagnose
+from sagatest.hosts import (PSQL_TIMEOUT_S, Client, amqp_log, begin, drive,
+                            first_completion_after, link_events, log, metric_sum, readyz,
+                            verify_history, wait, wait_progress)
+from sagatest.core import System
 
 NODES = 3
 APP_HOST = 4

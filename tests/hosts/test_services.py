@@ -42,14 +42,12 @@ minutes on a busy 2-core machine.
 
 import json
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from clusters import Hosts, HostsSystem, PgNode, RabbitCluster, addr  # noqa: E402
-from hostslib import (Client, begin, drive, first_completion_after, log, log_event,  # noqa: E402
-                      metric_sum, readyz, together, verify_history, wait, wait_progress)
-from opslib import die  # noqa: E402
+from sagatest.clusters import Hosts, HostsSystem, PgNode, RabbitCluster, addr
+from sagatest.hosts import (Client, begin, drive, first_completion_after, log, log_event,
+                            metric_sum, readyz, together, verify_history, wait, wait_progress)
+from sagatest.core import die
 
 DB_HOST, MQ_HOST, A, B, C, CLIENT_HOST = 1, 2, 3, 4, 5, 6
 LEASE_MS = 3000

@@ -31,11 +31,10 @@ import subprocess
 import sys
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import yaml  # noqa: E402  (Debian: python3-yaml)
 
-import dockerfile  # noqa: E402
-from opslib import BUILD, SRC, SERVICES, Checks, binary, help_vars, need_tool  # noqa: E402
+from sagatest import dockerfile
+from sagatest.core import BUILD, SRC, SERVICES, Checks, binary, help_vars, need_tool
 
 checks = Checks("compose")
 COMPOSE = os.path.join(SRC, "docker-compose.yml")

@@ -19,9 +19,8 @@ import subprocess
 import sys
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dockerfile  # noqa: E402
-from opslib import SRC, SERVICES, Checks, tmpdir  # noqa: E402
+from sagatest import dockerfile
+from sagatest.core import SRC, SERVICES, Checks, tmpdir
 
 checks = Checks("docker-context")
 

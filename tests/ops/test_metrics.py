@@ -22,8 +22,7 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from opslib import SRC, SERVICES, Checks, System, free_port, need_tool, request  # noqa: E402
+from sagatest.core import SRC, SERVICES, Checks, System, free_port, need_tool, request
 
 checks = Checks("metrics")
 ORDERS = 24

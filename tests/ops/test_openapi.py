@@ -25,12 +25,11 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import yaml  # noqa: E402  (Debian: python3-yaml)
 
-import oaschema  # noqa: E402
-from opslib import (SRC, SERVICES, Checks, System, help_text, raw_request,  # noqa: E402
-                    request)
+from sagatest import oaschema
+from sagatest.core import (SRC, SERVICES, Checks, System, help_text, raw_request,
+                           request)
 
 DOC_PATH = os.path.join(SRC, "docs", "openapi.yaml")
 

@@ -21,8 +21,7 @@ import subprocess
 import sys
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from opslib import SRC, Checks, System, need_tool, request, tmpdir  # noqa: E402
+from sagatest.core import SRC, Checks, System, need_tool, request, tmpdir
 
 DOC = os.path.join(SRC, "docs", "operations.md")
 checks = Checks("operations")

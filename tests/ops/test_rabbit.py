@@ -16,11 +16,9 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from opslib import SRC, Checks, die, free_port, need_tool, request, tmpdir  # noqa: E402
+from sagatest.core import SRC, Checks, die, free_port, need_tool, request, tmpdir
 
 DOC = os.path.join(SRC, "docs", "operations.md")
 NODE = os.path.join(SRC, "scripts", "rabbit-node")

@@ -16,8 +16,7 @@ import subprocess
 import sys
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from opslib import BUILD, SERVICES, SRC, Checks, System, binary, request  # noqa: E402
+from sagatest.core import BUILD, SERVICES, SRC, Checks, System, binary, request
 
 checks = Checks("version")
 LINE = re.compile(r"^pgsaga ([0-9]+\.[0-9]+\.[0-9]+) \(commit ([0-9a-f]{7,40})\)\n$")

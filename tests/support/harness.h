@@ -107,7 +107,7 @@ int env_stop(struct saga_env *e, enum svc s, int sig);
 void env_destroy(struct saga_env *e);
 
 /*
- * HTTPS (tests/tls.c): from now on in this process, http_do and env_start's
+ * HTTPS (tests/tls/tls.c): from now on in this process, http_do and env_start's
  * readiness probe speak TLS, verifying the service against the PEM bundle ca
  * and the address 127.0.0.1, presenting cert/key when not NULL; and the
  * services started get https:// peer URLs. ca NULL: plain HTTP again.

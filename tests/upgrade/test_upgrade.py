@@ -31,8 +31,9 @@ private PostgreSQL cluster:
       reservation each, and scripts/audit passes.
 
 Why Python: the test drives two builds' binaries, psql and pg_dump and
-compares text; the C harness (tests/harness.c) starts one build's services.
-tests/ops/opslib.py has the cluster, HTTP and process helpers.
+compares text; the C harness (tests/support/harness.c) starts one build's
+services. sagatest.core (tests/support) has the cluster, HTTP and process
+helpers.
 
 The cache: <build>/upgrade-cache/src-<commit> (a `git worktree add
 --detach` of the commit) and build-<commit> (its meson build, the three
@@ -45,15 +46,13 @@ import difflib
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ops"))
-from opslib import (BUILD, SRC, SERVICES, PEERS, PEER_ENV, Checks, die, free_port,  # noqa: E402
-                    request, _die_with_parent)
+from sagatest.core import (BUILD, PEER_ENV, SRC, SERVICES, Checks, PgCluster, die, free_port,
+                           request, service_env, spawn, stop_process, tail, wait_ready)
+
 
 def previous_release():
     """The release this tree upgrades from, and its commit: the newest release
@@ -137,76 +136,20 @@ def previous_build():
 
 # --- a cluster with several databases, services of either build ---------------
 
-class Cluster:
+class Cluster(PgCluster):
+    """The private cluster, and every service process started on it (killed
+    at the end)."""
+
     def __init__(self):
-        self.root = os.path.join(BUILD, "tests", "upgrade-run-%d" % os.getpid())
-        self.dir = os.path.join(self.root, "pg")
-        self.port = None
+        super().__init__(os.path.join(BUILD, "tests", "upgrade-run-%d" % os.getpid()))
         self.procs = []
-
-    def pg_cluster(self, *args, check=True):
-        env = dict(os.environ, PGSAGA_FAST="1")
-        return subprocess.run([os.path.join(SRC, "scripts", "pg-cluster")] + list(args),
-                              env=env, check=check, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-
-    def start(self):
-        os.makedirs(self.root, exist_ok=True)
-        for _ in range(5):
-            port = free_port()
-            r = self.pg_cluster("start", self.dir, str(port), check=False)
-            if r.returncode == 0:
-                self.port = port
-                return
-            if "already in use" not in r.stderr:
-                die("pg-cluster start failed:\n" + r.stderr)
-        die("pg-cluster: no free port after 5 tries")
 
     def stop(self):
         for p in self.procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        if os.path.isdir(self.dir):
-            self.pg_cluster("destroy", self.dir, check=False)
-        if os.environ.get("OPS_KEEP_RUN") != "1":
-            shutil.rmtree(self.root, ignore_errors=True)
-
-    def url(self, db, role="postgres"):
-        return "host=127.0.0.1 port=%d dbname=%s user=%s" % (self.port, db, role)
-
-    def psql(self, db, sql, role="postgres"):
-        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At", "-F", "\t",
-                            "-d", self.url(db, role), "-c", sql],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        if r.returncode != 0:
-            raise RuntimeError("psql failed: %s\n%s" % (sql, r.stderr))
-        return r.stdout
-
-    def scalar(self, db, sql):
-        return self.psql(db, sql).strip()
-
-    def bootstrap(self, db, script):
-        r = subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d",
-                            self.url(db), "-f", script],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if r.returncode != 0:
-            die("%s on %s failed:\n%s" % (script, db, r.stdout))
-
-    def create_db(self, db, bootstrap):
-        self.psql("postgres", "CREATE DATABASE %s" % db)
-        self.bootstrap(db, bootstrap)
-
-    def wait_sql(self, db, sql, want, timeout=60):
-        end = time.monotonic() + timeout
-        got = None
-        while time.monotonic() < end:
-            got = self.scalar(db, sql)
-            if got == want:
-                return True
-            time.sleep(0.2)
-        print("waited %d s for %r = %r; last %r" % (timeout, sql, want, got), flush=True)
-        return False
+        super().stop()
 
 
 class Service:
@@ -222,15 +165,11 @@ class Service:
             db, name, os.path.basename(build), self.port))
 
     def env(self):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PG", "FAULT_")) and k not in (
-                   "DATABASE_URL", "LISTEN_ADDR", "INTERNAL_TOKEN", "LOG_LEVEL")}
+        env = service_env(self.name, self.cluster.url("saga_" + self.name, self.db),
+                          "127.0.0.1:%d" % self.port, TOKEN,
+                          {p: "http://127.0.0.1:%d" % port for p, port in self.ports.items()})
         env.update({
-            "DATABASE_URL": self.cluster.url(self.db, "saga_" + self.name),
-            "LISTEN_ADDR": "127.0.0.1:%d" % self.port,
-            "INTERNAL_TOKEN": TOKEN,
             "ADMIN_TOKEN": ADMIN_TOKEN,
-            "LOG_LEVEL": "info",
             # deliveries that failed while a peer was down are retried soon,
             # and never given up on
             "RETRY_CAP_MS": "300",
@@ -239,8 +178,6 @@ class Service:
             "LEASE_MS": "2000",
             "BREAKER_OPEN_MS": "300",
         })
-        for p in PEERS[self.name]:
-            env[PEER_ENV[p]] = "http://127.0.0.1:%d" % self.ports[p]
         env.update(self.extra)
         return env
 
@@ -248,26 +185,14 @@ class Service:
         return os.path.join(self.build, "src", self.name, "saga-" + self.name)
 
     def start(self):
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([self.binary()], env=self.env(),
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         preexec_fn=_die_with_parent)
+        self.proc = spawn([self.binary()], self.env(), self.log)
         self.cluster.procs.append(self.proc)
         return self
 
     def wait_ready(self, timeout=60):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                die("saga-%s (%s) exited with %s; its log:\n%s" % (
-                    self.name, self.build, self.proc.returncode, self.tail()))
-            try:
-                if request(self.port, "GET", "/readyz", timeout=2).status == 200:
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        die("saga-%s not ready after %d s; its log:\n%s" % (self.name, timeout, self.tail()))
+        wait_ready(self.proc, self.port, "saga-%s (%s)" % (self.name, self.build), self.log,
+                   timeout)
+        return self
 
     def exit_status(self, timeout=60):
         """For a start that must fail: its exit status (None if it runs on)."""
@@ -278,20 +203,10 @@ class Service:
             return None
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, timeout=20)
 
     def tail(self, n=40):
-        try:
-            with open(self.log, "rb") as f:
-                return b"".join(f.readlines()[-n:]).decode("utf-8", "replace")
-        except OSError:
-            return "(no log)"
+        return tail(self.log, n)
 
 
 def stack(cluster, build, db, ports, only=SERVICES):
@@ -357,7 +272,8 @@ def snapshot(cluster, db, ids):
     out = []
     for q in SNAPSHOT:
         for schema in SERVICES if "%(schema)s" in q else ("-",):
-            out.append(cluster.psql(db, q % {"ids": ",".join(ids), "schema": schema}))
+            rows = cluster.psql(q % {"ids": ",".join(ids), "schema": schema}, db=db)
+            out.append("\n".join("\t".join(r) for r in rows))
     return out
 
 
@@ -367,7 +283,7 @@ def normalised_dump(cluster, db):
     """pg_dump --schema-only of db as sorted statements, each table's columns
     sorted, with pg_dump's own comments and settings left out."""
     r = subprocess.run(["pg_dump", "--schema-only", "--no-tablespaces", "-d",
-                        cluster.url(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        cluster.url(db=db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     if r.returncode != 0:
         die("pg_dump %s: %s" % (db, r.stderr))
@@ -475,14 +391,14 @@ def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, ph
     old = {s: Service(cluster, old_build, s, db, old_ports, peers).start() for s in SERVICES}
     for svc in old.values():
         svc.wait_ready()
-    cluster.psql(db, "INSERT INTO payment.accounts (customer_id, balance)"
-                     " SELECT 'c-roll-' || i, 100000000 FROM generate_series(0, 6) i;"
-                     " INSERT INTO inventory.stock (item_id, available) VALUES ('R1', 1000000)")
+    cluster.psql("INSERT INTO payment.accounts (customer_id, balance)"
+                 " SELECT 'c-roll-' || i, 100000000 FROM generate_series(0, 6) i;"
+                 " INSERT INTO inventory.stock (item_id, available) VALUES ('R1', 1000000)", db=db)
     load = Load([old_ports["orchestrator"], new_ports["orchestrator"]])
     load.thread.start()
     try:
         checks.ok(load.wait_for(20), "%s: orders flow through %s" % (transport, PREVIOUS))
-        cluster.bootstrap(db, new_bootstrap)
+        cluster.psql_file(new_bootstrap, db=db)
         for s in ("payment", "inventory", "orchestrator"):
             Service(cluster, BUILD, s, db, new_ports, peers).start().wait_ready()
             checks.ok(load.wait_for(20), "%s: orders flow with both %ss" % (transport, s))
@@ -500,22 +416,22 @@ def rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, ph
     n = len(load.sagas)
     ids = ",".join(load.sagas.values())
     checks.ok(len(set(load.sagas.values())) == n, "one saga per Idempotency-Key")
-    checks.ok(cluster.wait_sql(db, "SELECT count(*) FROM orchestrator.saga_instances"
+    checks.ok(cluster.wait_sql("SELECT count(*) FROM orchestrator.saga_instances"
                                " WHERE state = 'Completed' AND saga_id = ANY ('{%s}')" % ids,
-                               str(n), timeout=120),
+                               str(n), timeout=120, db=db),
               "%s: all %d sagas of the rolling upgrade complete" % (transport, n))
-    checks.ok(cluster.scalar(db, "SELECT count(*) FROM orchestrator.saga_instances") == str(n),
+    checks.ok(cluster.scalar("SELECT count(*) FROM orchestrator.saga_instances", db=db) == str(n),
               "no saga besides the %d orders" % n)
-    effects = cluster.psql(db, "SELECT (SELECT count(*) FROM payment.payments"
-                               " WHERE status = 'captured'),"
-                               " (SELECT count(*) FROM inventory.reservations"
-                               " WHERE status = 'reserved'),"
-                               " (SELECT sum(starting_balance - balance) FROM payment.accounts),"
-                               " (SELECT sum(starting_stock - available) FROM inventory.stock)")
-    checks.ok(effects == "%d\t%d\t%d\t%d\n" % (n, n, 100 * n, n),
+    effects = cluster.psql("SELECT (SELECT count(*) FROM payment.payments"
+                           " WHERE status = 'captured'),"
+                           " (SELECT count(*) FROM inventory.reservations"
+                           " WHERE status = 'reserved'),"
+                           " (SELECT sum(starting_balance - balance) FROM payment.accounts),"
+                           " (SELECT sum(starting_stock - available) FROM inventory.stock)", db=db)
+    checks.ok(effects == [[str(n), str(n), str(100 * n), str(n)]],
               "one payment and one reservation per saga, charged and reserved once (%r)"
               % effects)
-    audit = run([os.path.join(SRC, "scripts", "audit"), cluster.url(db, "saga_auditor")],
+    audit = run([os.path.join(SRC, "scripts", "audit"), cluster.url("saga_auditor", db)],
                 check=False)
     checks.ok(audit.returncode == 0, "%s: scripts/audit passes after the rolling upgrade:\n"
               % transport + audit.stdout[-3000:])
@@ -546,10 +462,10 @@ def main():
         # (a) the previous release makes and runs the database
         ports = {s: free_port() for s in SERVICES}
         old = stack(cluster, old_build, carried, ports)
-        cluster.psql(carried, "INSERT INTO payment.accounts (customer_id, balance)"
-                              " VALUES ('c-rich', 1000000), ('c-poor', 10);"
-                              " INSERT INTO inventory.stock (item_id, available)"
-                              " VALUES ('A1', 1000)")
+        cluster.psql("INSERT INTO payment.accounts (customer_id, balance)"
+                     " VALUES ('c-rich', 1000000), ('c-poor', 10);"
+                     " INSERT INTO inventory.stock (item_id, available)"
+                     " VALUES ('A1', 1000)", db=carried)
         finished = []
         phase("%s running" % PREVIOUS)
         for i in range(6):
@@ -558,12 +474,13 @@ def main():
             finished.append(order(ports["orchestrator"], "poor-%d" % i, "c-poor", "A1", 1, 5000))
         for i in range(2):  # unknown item: refunded, Compensated
             finished.append(order(ports["orchestrator"], "none-%d" % i, "c-rich", "NOPE", 1, 100))
-        checks.ok(cluster.wait_sql(carried, "SELECT count(*) FROM orchestrator.saga_instances"
+        checks.ok(cluster.wait_sql("SELECT count(*) FROM orchestrator.saga_instances"
                                    " WHERE state NOT IN ('Completed', 'Failed', 'Compensated')",
-                                   "0"), "%s: the first sagas finish" % PREVIOUS)
-        states = cluster.psql(carried, "SELECT state, count(*) FROM orchestrator.saga_instances"
-                                       " GROUP BY state ORDER BY state")
-        checks.ok(states == "Compensated\t2\nCompleted\t6\nFailed\t2\n",
+                                   "0", timeout=60, db=carried),
+                  "%s: the first sagas finish" % PREVIOUS)
+        states = cluster.psql("SELECT state, count(*) FROM orchestrator.saga_instances"
+                              " GROUP BY state ORDER BY state", db=carried)
+        checks.ok(states == [["Compensated", "2"], ["Completed", "6"], ["Failed", "2"]],
                   "%s: 6 Completed, 2 Failed, 2 Compensated (%r)" % (PREVIOUS, states))
         before_api = {s: get_order(ports["orchestrator"], s) for s in finished}
         before_sql = snapshot(cluster, carried, finished)
@@ -573,9 +490,10 @@ def main():
         old["payment"].stop()
         waiting = [order(ports["orchestrator"], "wait-%d" % i, "c-rich", "A1", 2, 300)
                    for i in range(5)]
-        checks.ok(cluster.wait_sql(carried, "SELECT count(*) FROM orchestrator.outbox_messages"
+        checks.ok(cluster.wait_sql("SELECT count(*) FROM orchestrator.outbox_messages"
                                    " WHERE type = 'PayCommand' AND processed_at IS NULL"
-                                   " AND dead_at IS NULL AND attempt_count > 0", "5"),
+                                   " AND dead_at IS NULL AND attempt_count > 0", "5",
+                                   timeout=60, db=carried),
                   "%s: 5 PayCommands waiting, tried at least once" % PREVIOUS)
         old["orchestrator"].stop()
         old["inventory"].stop()
@@ -584,16 +502,16 @@ def main():
 
         phase("%s stopped" % PREVIOUS)
         # the upgrade: the new bootstrap, then the new binaries
-        cluster.bootstrap(carried, new_bootstrap)
+        cluster.psql_file(new_bootstrap, db=carried)
         new = stack(cluster, BUILD, carried, ports)
         phase("this tree's binaries ready")
         for s in SERVICES:
             adopted = "adopted the schema of pgsaga %s" % PREVIOUS
             checks.ok(adopted in open(new[s].log, encoding="utf-8", errors="replace").read(),
                       "saga-%s logs that it %s" % (s, adopted))
-        checks.ok(cluster.wait_sql(carried, "SELECT count(*) FROM orchestrator.saga_instances"
+        checks.ok(cluster.wait_sql("SELECT count(*) FROM orchestrator.saga_instances"
                                    " WHERE state = 'Completed' AND saga_id = ANY ('{%s}')"
-                                   % ",".join(waiting), "5"),
+                                   % ",".join(waiting), "5", timeout=60, db=carried),
                   "the 5 waiting sagas complete under the new binaries")
         for s in waiting:
             o = get_order(ports["orchestrator"], s)
@@ -610,13 +528,13 @@ def main():
             a = admin_saga(ports["orchestrator"], s)
             checks.ok(a.get("sagaId") == s and a.get("history"),
                       "GET /admin/api/sagas/%s shows the saga and its history" % s)
-        one_effect = cluster.psql(carried, "SELECT count(*) FILTER (WHERE status = 'captured'),"
-                                           " count(*) FROM payment.payments WHERE saga_id ="
-                                           " ANY ('{%s}')" % ",".join(waiting))
-        checks.ok(one_effect == "5\t5\n", "one captured payment per waiting saga (%r)"
+        one_effect = cluster.psql("SELECT count(*) FILTER (WHERE status = 'captured'),"
+                                  " count(*) FROM payment.payments WHERE saga_id ="
+                                  " ANY ('{%s}')" % ",".join(waiting), db=carried)
+        checks.ok(one_effect == [["5", "5"]], "one captured payment per waiting saga (%r)"
                   % one_effect)
         audit = run([os.path.join(SRC, "scripts", "audit"),
-                     cluster.url(carried, "saga_auditor")], check=False)
+                     cluster.url("saga_auditor", carried)], check=False)
         checks.ok(audit.returncode == 0, "scripts/audit passes on the upgraded database:\n"
                   + audit.stdout[-3000:])
 
@@ -625,8 +543,9 @@ def main():
         new["payment"].stop()
         back = Service(cluster, old_build, "payment", carried, ports).start().wait_ready()
         late = order(ports["orchestrator"], "late-0", "c-rich", "A1", 1, 100)
-        checks.ok(cluster.wait_sql(carried, "SELECT state FROM orchestrator.saga_instances"
-                                   " WHERE saga_id = '%s'" % late, "Completed"),
+        checks.ok(cluster.wait_sql("SELECT state FROM orchestrator.saga_instances"
+                                   " WHERE saga_id = '%s'" % late, "Completed",
+                                   timeout=60, db=carried),
                   "pgsaga %s's payment starts again on the upgraded schema and pays" % PREVIOUS)
         back.stop()
         for s in new.values():
@@ -644,8 +563,8 @@ def main():
 
         phase("schemas compared")
         # (c) what a binary refuses and accepts
-        cluster.psql(fresh, "UPDATE payment.schema_version SET major = major + 1")
-        newer = cluster.scalar(fresh, "SELECT major FROM payment.schema_version")
+        cluster.psql("UPDATE payment.schema_version SET major = major + 1", db=fresh)
+        newer = cluster.scalar("SELECT major FROM payment.schema_version", db=fresh)
         ours = str(int(newer) - 1)
         p = Service(cluster, BUILD, "payment", fresh, {s: free_port() for s in SERVICES}).start()
         rc = p.exit_status()
@@ -654,9 +573,9 @@ def main():
                   and "major version %s" % ours in log,
                   "a schema of a newer major version is refused, both versions named"
                   " (exit %s):\n%s" % (rc, p.tail(5)))
-        cluster.psql(fresh, "UPDATE payment.schema_version SET major = major - 1;"
-                            " INSERT INTO payment.schema_migrations (version)"
-                            " VALUES ('900_from_a_newer_minor.sql')")
+        cluster.psql("UPDATE payment.schema_version SET major = major - 1;"
+                     " INSERT INTO payment.schema_migrations (version)"
+                     " VALUES ('900_from_a_newer_minor.sql')", db=fresh)
         p = Service(cluster, BUILD, "payment", fresh, {s: free_port() for s in SERVICES})
         p.start().wait_ready()
         p.stop()
@@ -668,9 +587,9 @@ def main():
         q = Service(cluster, old_build, "payment", partial, {s: free_port() for s in SERVICES})
         q.start().wait_ready()
         q.stop()
-        cluster.psql(partial, "DELETE FROM payment.schema_migrations"
-                              " WHERE version IN ('006_pay_new_accounts.sql',"
-                              " '008_refused_deliveries.sql')")
+        cluster.psql("DELETE FROM payment.schema_migrations"
+                     " WHERE version IN ('006_pay_new_accounts.sql',"
+                     " '008_refused_deliveries.sql')", db=partial)
         p = Service(cluster, BUILD, "payment", partial, {s: free_port() for s in SERVICES})
         rc = p.start().exit_status()
         log = open(p.log, encoding="utf-8", errors="replace").read()
@@ -678,8 +597,8 @@ def main():
                   and "008_refused_deliveries.sql" in log and PREVIOUS in log,
                   "a partly migrated %s database is refused, the missing migrations named"
                   " (exit %s):\n%s" % (PREVIOUS, rc, p.tail(5)))
-        checks.ok(cluster.scalar(partial, "SELECT to_regclass('payment.schema_version')"
-                                          " IS NULL") == "t",
+        checks.ok(cluster.scalar("SELECT to_regclass('payment.schema_version')"
+                                 " IS NULL", db=partial) == "t",
                   "the refused database is left as it was")
         phase("refusals checked")
 

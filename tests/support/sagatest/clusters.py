@@ -2,10 +2,10 @@
 hosts themselves (scripts/hosts) with a watchdog that destroys what was
 started on them, a RabbitMQ cluster (scripts/rabbit-node), a Patroni
 cluster (scripts/patroni-node), a plain PostgreSQL (scripts/pg-cluster)
-and the services (HostsSystem: opslib's System with its database on the
+and the services (HostsSystem: core's System with its database on the
 hosts and, when asked, each service instance on a host of its own).
 
-Standard library only; builds on hostslib.py and tests/ops/opslib.py.
+Standard library only; builds on hosts and core.
 """
 
 import glob
@@ -13,13 +13,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 import urllib.request
 
-from hostslib import (HOSTS, PSQL_TIMEOUT_S, in_netns, log, log_event, readyz, run, setns,
-                      together, wait, wait_progress)
-from opslib import SRC, System, binary, die, request
+from .core import SRC, System, binary, die, request, spawn
+from .hosts import (HOSTS, PSQL_TIMEOUT_S, in_netns, log, log_event, readyz, run, setns,
+                    together, wait, wait_progress)
 
 RABBIT = os.path.join(SRC, "scripts", "rabbit-node")
 PATRONI = os.path.join(SRC, "scripts", "patroni-node")
@@ -403,7 +402,7 @@ class PgNode:
 
 
 class HostsSystem(System):
-    """opslib's System with its database on the hosts (db: a PgNode or a
+    """core's System with its database on the hosts (db: a PgNode or a
     PatroniCluster; with bootstrap, the database is made and bootstrapped
     here, as for a PgNode) and every psql bounded (PSQL_TIMEOUT_S).
 
@@ -472,11 +471,8 @@ class HostsSystem(System):
         if not self.instances:
             super().start_service(s)
             return
-        with open(self.log_path(s), "ab") as out:
-            self.procs[s] = subprocess.Popen([binary(self.instances[s][0])],
-                                             env=self.service_env(s),
-                                             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                             preexec_fn=in_netns(self.netns[s]))
+        self.procs[s] = spawn([binary(self.instances[s][0])], self.service_env(s),
+                              self.log_path(s), preexec_fn=in_netns(self.netns[s]))
 
 
 def diagnose(sy, rabbit):

@@ -1,6 +1,7 @@
-"""What the ops tests share: paths, a private PostgreSQL cluster with the
-three real services, a small HTTP client, psql, and a check-and-report
-helper.
+"""What every Python test stands on: paths, a check-and-report helper,
+processes that die with the test, a small HTTP client, a private PostgreSQL
+cluster with psql (PgCluster), and that cluster with the three real services
+(System).
 
 Standard library only, plus PyYAML (Debian's python3-yaml) where a test
 reads YAML. Run with Debian's /usr/bin/python3: a python3 earlier on PATH
@@ -27,7 +28,7 @@ import time
 from http import client as httpclient
 
 SRC = os.path.realpath(os.environ.get("SAGA_SOURCE_DIR")
-                       or os.path.join(os.path.dirname(__file__), "..", ".."))
+                       or os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BUILD = os.path.realpath(os.environ.get("SAGA_BUILD_DIR") or os.getcwd())
 
 SERVICES = ("orchestrator", "payment", "inventory")
@@ -84,7 +85,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent():
+def die_with_parent():
+    """A Popen preexec_fn: the child is killed when this process dies."""
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -100,6 +102,51 @@ def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def spawn(argv, env, log_path, preexec_fn=die_with_parent):
+    """Starts argv with env, stdout and stderr appended to log_path; it dies
+    with this process."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=log, preexec_fn=preexec_fn)
+
+
+def stop_process(proc, timeout=15):
+    """SIGTERM, then SIGKILL after timeout seconds."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def tail(path, n=30):
+    """The last n lines of a log."""
+    try:
+        with open(path, "rb") as f:
+            return b"".join(f.readlines()[-n:]).decode("utf-8", "replace")
+    except OSError:
+        return "(no log)"
+
+
+class Running:
+    """A context manager for what start() brings up and stop() takes down: a
+    start that fails half way stops what it did start."""
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
 
 
 # --- HTTP -------------------------------------------------------------------
@@ -171,41 +218,23 @@ def raw_request(port, data, timeout=15):
     return Response(int(m.group(1)), headers, body)
 
 
-# --- the cluster and the services ---------------------------------------------
+# --- a private PostgreSQL cluster ------------------------------------------------
 
-class System:
-    """A private cluster, one database bootstrapped with sql/bootstrap.sql,
-    and the three services on free ports. Use as a context manager."""
+class PgCluster(Running):
+    """A private cluster (scripts/pg-cluster) in root/pg on a free port, and
+    psql on it. stop() destroys it and removes root (kept with
+    OPS_KEEP_RUN=1, for a look after a failure). Use as a context manager."""
 
-    def __init__(self, name, env=None, bootstrap=None, psql_timeout=None):
-        self.name = name
+    def __init__(self, root, db="postgres", psql_timeout=None):
+        self.root = root
+        self.cluster = os.path.join(root, "pg")
+        self.db = db                     # the database psql uses unless told
         self.psql_timeout = psql_timeout  # seconds a psql may take (None: no bound)
-        self.extra_env = env or {}       # service -> {NAME: value}
-        self.bootstrap = bootstrap       # callable(self) to bootstrap, else psql
-        self.token = "ops-test-token-%d" % os.getpid()
-        self.root = os.path.join(BUILD, "tests", "ops-run", "%s-%d" % (name, os.getpid()))
-        self.cluster = os.path.join(self.root, "pg")
-        self.procs = {}
-        self.ports = {s: free_port() for s in SERVICES}
         self.pg_port = None
-        self.db = "ops_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
 
-    # connection strings
     def url(self, role=None, db=None):
         return "host=127.0.0.1 port=%d dbname=%s user=%s" % (
             self.pg_port, db or self.db, role or "postgres")
-
-    def __enter__(self):
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
     def pg_cluster(self, *args, check=True):
         env = dict(os.environ, PGSAGA_FAST="1")
@@ -220,96 +249,26 @@ class System:
             r = self.pg_cluster("start", self.cluster, str(port), check=False)
             if r.returncode == 0:
                 self.pg_port = port
-                break
+                return
             if "already in use" not in r.stderr:
                 die("pg-cluster start failed:\n" + r.stderr)
-        else:
-            die("pg-cluster: no free port after 5 tries")
-        self.psql("CREATE DATABASE %s" % self.db, db="postgres")
-        if self.bootstrap:
-            self.bootstrap(self)
-        else:
-            self.psql_file(os.path.join(SRC, "sql", "bootstrap.sql"))
-        for s in SERVICES:
-            self.start_service(s)
-        for s in SERVICES:
-            self.wait_ready(s)
-
-    def service_env(self, s):
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PG", "FAULT_")) and k not in (
-                   "DATABASE_URL", "LISTEN_ADDR", "INTERNAL_TOKEN", "LOG_LEVEL")}
-        env.update({
-            "DATABASE_URL": self.url("saga_" + s),
-            "LISTEN_ADDR": "127.0.0.1:%d" % self.ports[s],
-            "INTERNAL_TOKEN": self.token,
-            "LOG_LEVEL": "info",
-        })
-        for p in PEERS[s]:
-            env[PEER_ENV[p]] = "http://127.0.0.1:%d" % self.ports[p]
-        env.update(self.extra_env.get(s, {}))
-        return env
-
-    def addr(self, s):
-        """The address service s listens on (a subclass may place services
-        elsewhere)."""
-        return "127.0.0.1"
-
-    def log_path(self, s):
-        return os.path.join(self.root, s + ".log")
-
-    def start_service(self, s):
-        log = open(self.log_path(s), "ab")
-        self.procs[s] = subprocess.Popen([binary(s)], env=self.service_env(s),
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         preexec_fn=_die_with_parent)
-        log.close()
-
-    def wait_ready(self, s, timeout=30):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.procs[s].poll() is not None:
-                die("saga-%s exited with %s; its log:\n%s" % (
-                    s, self.procs[s].returncode, self.tail(s)))
-            try:
-                if request(self.ports[s], "GET", "/readyz", timeout=2,
-                           host=self.addr(s)).status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        die("saga-%s not ready after %d s; its log:\n%s" % (s, timeout, self.tail(s)))
-
-    def stop_service(self, s):
-        p = self.procs.pop(s, None)
-        if p and p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        die("pg-cluster: no free port after 5 tries")
 
     def stop(self):
-        for s in list(self.procs):
-            self.stop_service(s)
         if os.path.isdir(self.cluster):
             self.pg_cluster("destroy", self.cluster, check=False)
         if os.environ.get("OPS_KEEP_RUN") != "1":
             shutil.rmtree(self.root, ignore_errors=True)
 
     def stop_database(self):
-        """Stops the cluster (fast shutdown) and leaves the services up."""
+        """Stops the cluster (fast shutdown) and leaves the rest up."""
         self.pg_cluster("stop", self.cluster)
 
-    def tail(self, s, n=30):
-        try:
-            with open(self.log_path(s), "rb") as f:
-                return b"".join(f.readlines()[-n:]).decode("utf-8", "replace")
-        except OSError:
-            return "(no log)"
-
-    # --- SQL -----------------------------------------------------------------
+    def create_db(self, db, bootstrap=None):
+        """A new database, bootstrapped with the file bootstrap (this tree's
+        sql/bootstrap.sql when None)."""
+        self.psql("CREATE DATABASE %s" % db, db="postgres")
+        self.psql_file(bootstrap or os.path.join(SRC, "sql", "bootstrap.sql"), db=db)
 
     def psql_cmd(self, role=None, db=None):
         return ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", self.url(role, db)]
@@ -334,12 +293,12 @@ class System:
             raise RuntimeError("psql failed (%s): %s\n%s" % (r.returncode, sql, r.stderr))
         return [line.split("\t") for line in r.stdout.splitlines()]
 
-    def scalar(self, sql, role=None, timeout=None):
-        rows = self.psql(sql, role, timeout=timeout)
+    def scalar(self, sql, role=None, timeout=None, db=None):
+        rows = self.psql(sql, role, db, timeout=timeout)
         return rows[0][0] if rows else None
 
-    def psql_file(self, path, role=None, variables=None, timeout=None):
-        cmd = self.psql_cmd(role)
+    def psql_file(self, path, role=None, variables=None, timeout=None, db=None):
+        cmd = self.psql_cmd(role, db)
         for k, v in (variables or {}).items():
             cmd += ["-v", "%s=%s" % (k, v)]
         r = self.run_psql(cmd + ["-f", path], timeout)
@@ -347,16 +306,111 @@ class System:
             raise RuntimeError("psql -f %s failed: %s" % (path, r.stderr))
         return r.stdout
 
-    def wait_sql(self, sql, want, timeout=30):
+    def wait_sql(self, sql, want, timeout=30, db=None):
         end = time.monotonic() + timeout
         got = None
         while time.monotonic() < end:
-            got = self.scalar(sql)
+            got = self.scalar(sql, db=db)
             if got == want:
                 return True
             time.sleep(0.1)
         print("waited %d s for %r = %r; last %r" % (timeout, sql, want, got), flush=True)
         return False
+
+
+# --- the services ---------------------------------------------------------------
+
+def service_env(service, database_url, listen, token, peers):
+    """The settings of saga-<service>: this process's environment without
+    what would leak into it (PG*, FAULT_*), then its database, address,
+    internal token and peers (peer service -> base URL)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PG", "FAULT_")) and k not in (
+               "DATABASE_URL", "LISTEN_ADDR", "INTERNAL_TOKEN", "LOG_LEVEL")}
+    env.update({
+        "DATABASE_URL": database_url,
+        "LISTEN_ADDR": listen,
+        "INTERNAL_TOKEN": token,
+        "LOG_LEVEL": "info",
+    })
+    for p in PEERS[service]:
+        env[PEER_ENV[p]] = peers[p]
+    return env
+
+
+def wait_ready(proc, port, what, log_path, timeout=30, host="127.0.0.1"):
+    """Until the service `what` (proc, on host:port) answers GET /readyz with
+    200; dies with its log when it exits or is not ready in time."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            die("%s exited with %s; its log:\n%s" % (what, proc.returncode, tail(log_path)))
+        try:
+            if request(port, "GET", "/readyz", timeout=2, host=host).status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    die("%s not ready after %d s; its log:\n%s" % (what, timeout, tail(log_path)))
+
+
+class System(PgCluster):
+    """A private cluster, one database bootstrapped with sql/bootstrap.sql,
+    and the three services on free ports. Use as a context manager."""
+
+    def __init__(self, name, env=None, bootstrap=None, psql_timeout=None):
+        super().__init__(os.path.join(BUILD, "tests", "ops-run", "%s-%d" % (name, os.getpid())),
+                         "ops_" + re.sub(r"[^a-z0-9_]", "_", name.lower()), psql_timeout)
+        self.name = name
+        self.extra_env = env or {}       # service -> {NAME: value}
+        self.bootstrap = bootstrap       # callable(self) to bootstrap, else psql
+        self.token = "ops-test-token-%d" % os.getpid()
+        self.procs = {}
+        self.ports = {s: free_port() for s in SERVICES}
+
+    def start(self):
+        super().start()
+        if self.bootstrap:
+            self.psql("CREATE DATABASE %s" % self.db, db="postgres")
+            self.bootstrap(self)
+        else:
+            self.create_db(self.db)
+        for s in SERVICES:
+            self.start_service(s)
+        for s in SERVICES:
+            self.wait_ready(s)
+
+    def service_env(self, s):
+        env = service_env(s, self.url("saga_" + s), "127.0.0.1:%d" % self.ports[s], self.token,
+                          {p: "http://127.0.0.1:%d" % self.ports[p] for p in PEERS[s]})
+        env.update(self.extra_env.get(s, {}))
+        return env
+
+    def addr(self, s):
+        """The address service s listens on (a subclass may place services
+        elsewhere)."""
+        return "127.0.0.1"
+
+    def log_path(self, s):
+        return os.path.join(self.root, s + ".log")
+
+    def start_service(self, s):
+        self.procs[s] = spawn([binary(s)], self.service_env(s), self.log_path(s))
+
+    def wait_ready(self, s, timeout=30):
+        wait_ready(self.procs[s], self.ports[s], "saga-" + s, self.log_path(s), timeout,
+                   self.addr(s))
+
+    def stop_service(self, s):
+        stop_process(self.procs.pop(s, None))
+
+    def stop(self):
+        for s in list(self.procs):
+            self.stop_service(s)
+        super().stop()
+
+    def tail(self, s, n=30):
+        return tail(self.log_path(s), n)
 
     # --- the saga ---------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import time
 
 import websocket  # Debian: python3-websocket
 
-import opslib
+from .core import BUILD, Running, die, spawn
 
 
 def chromium_path():
@@ -37,7 +37,7 @@ def chromium_path():
         p = shutil.which(name)
         if p:
             return p
-    opslib.die("chromium not found: install the Debian package chromium (scripts/deps does)")
+    die("chromium not found: install the Debian package chromium (scripts/deps does)")
 
 
 class CDPError(Exception):
@@ -105,27 +105,15 @@ class Connection:
             pass
 
 
-class Browser:
+class Browser(Running):
     def __init__(self, artefacts):
         self.artefacts = artefacts
         os.makedirs(artefacts, exist_ok=True)
-        root = os.path.join(opslib.BUILD, "tests", "browser-run")
+        root = os.path.join(BUILD, "tests", "browser-run")
         os.makedirs(root, exist_ok=True)
         self.profile = tempfile.mkdtemp(prefix="chromium-", dir=root)
         self.proc = None
         self.conn = None
-
-    def __enter__(self):
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        return False
 
     def start(self):
         args = [chromium_path(), "--headless=new", "--remote-debugging-port=0",
@@ -140,22 +128,19 @@ class Browser:
         if os.geteuid() == 0:
             # Chromium's sandbox refuses to run as root; the pages are our own.
             args.insert(1, "--no-sandbox")
-        log = open(os.path.join(self.artefacts, "chromium.log"), "ab")
         # Its own home too: what chromium keeps beside the profile (a
         # certificate store, caches) goes where the test removes it.
         env = dict(os.environ, HOME=self.profile, XDG_CONFIG_HOME=self.profile,
                    XDG_CACHE_HOME=self.profile)
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                     env=env, preexec_fn=opslib._die_with_parent)
-        log.close()
+        self.proc = spawn(args, env, os.path.join(self.artefacts, "chromium.log"))
         port_file = os.path.join(self.profile, "DevToolsActivePort")
         end = time.monotonic() + 60
         while not os.path.exists(port_file) or os.path.getsize(port_file) == 0:
             if self.proc.poll() is not None:
-                opslib.die("chromium exited with %s; see %s/chromium.log"
-                           % (self.proc.returncode, self.artefacts))
+                die("chromium exited with %s; see %s/chromium.log"
+                    % (self.proc.returncode, self.artefacts))
             if time.monotonic() > end:
-                opslib.die("chromium: no DevToolsActivePort after 60 s")
+                die("chromium: no DevToolsActivePort after 60 s")
             time.sleep(0.1)
         time.sleep(0.1)  # written in two steps; both lines are needed
         with open(port_file) as f:

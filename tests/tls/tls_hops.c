@@ -7,7 +7,7 @@
  * the wire: tcpdump on the loopback during a saga whose customer id is a
  * unique marker.
  *
- * One program, two runs (tests/meson.build): SAGA_TEST_TLS=1 (wire-tls) runs
+ * One program, two runs (tests/tls/meson.build): SAGA_TEST_TLS=1 (wire-tls) runs
  * everything over TLS and asserts the marker and the tokens never appear in
  * the capture; unset (wire-plain) is the control, the same saga and capture
  * with TLS off, where they must appear, so that the wire test can fail.

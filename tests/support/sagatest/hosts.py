@@ -4,7 +4,7 @@ into a host's network namespace, a client that posts orders without pause
 and records every answer, waiting, the services' metrics, /readyz and log
 lines, and the checks every test makes afterwards.
 
-Standard library only; builds on tests/ops/opslib.py (System, request).
+Standard library only; builds on core (System, request).
 """
 
 import calendar
@@ -13,13 +13,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "ops"))
-from opslib import BUILD, SRC, Checks, die, request  # noqa: E402
+from .core import BUILD, SRC, Checks, die, request
 
 HOSTS = os.path.join(SRC, "scripts", "hosts")
 # a psql of these tests (HostsSystem's, the checks') that has not finished
@@ -83,7 +81,7 @@ def setns(path):
 def in_netns(path):
     """A preexec_fn for subprocess.Popen: the child runs in the network
     namespace at path, and is SIGKILLed when this process dies (as
-    opslib's services are)."""
+    core's services are)."""
     def pre():
         setns(path)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
