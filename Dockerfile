@@ -22,12 +22,16 @@ RUN apt-get update \
 LABEL org.pgsaga.stage=build
 
 WORKDIR /src
-# The top meson.build names tests/ as a subdir, so its meson.build files must
-# be here even though only the three services are built.
-COPY meson.build meson_options.txt ./
+# The top meson.build names tests/ and deploy/ as subdirs and installs the
+# README, the CHANGELOG and docs/, so they must be here even though only the
+# three services are built (tests/docs names scripts/settings-doc).
+COPY meson.build meson_options.txt README.md CHANGELOG.md ./
 COPY sql/ sql/
 COPY src/ src/
 COPY tests/ tests/
+COPY deploy/ deploy/
+COPY docs/ docs/
+COPY scripts/settings-doc scripts/
 # scripts/commit-id names the commit that --version reports. The context has
 # no .git, so the commit comes in as an argument, written where a release
 # tarball keeps it (COMMIT); without it the binaries say "commit unknown":
