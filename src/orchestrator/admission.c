@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#define START_GAIN 1.05  /* the start phase doubles while the rate grows this much */
+#define START_GAIN 1.1   /* the start phase doubles while the rate grows this much */
 #define PROBE_EVERY 4    /* a cycle: PROBE_EVERY - 1 windows at the level, one above */
 #define PROBE_STEP 1.5   /* the probe's limit: this times the level */
 #define SHORT 0.96       /* the level finished less than this share of the probe: ... */
@@ -116,6 +116,27 @@ static void decide(struct admission *a, double rate)
 	a->limit = a->level;
 }
 
+/*
+ * The end of a window in which the limit did not bind: the demand, or what
+ * reaches the orchestrator of it, is below the limit. A doubling in the
+ * start, or a probe, that the demand did not fill has its answer: more
+ * concurrency is not needed. Otherwise nothing is learnt.
+ */
+static void unfilled(struct admission *a)
+{
+	if (a->phase == ADMISSION_START && a->limit > ADMISSION_START_LIMIT) {
+		a->phase = ADMISSION_HOLD;
+		a->level = a->limit / 2;
+	} else if (a->phase == ADMISSION_HOLD && a->window == PROBE_EVERY - 1) {
+		a->level = floor_at(a->level * SHRINK);
+	} else {
+		return;
+	}
+	a->window = 0;
+	a->level_done = 0;
+	a->limit = a->level;
+}
+
 void admission_tick(struct admission *a, int64_t now_ms)
 {
 	if (now_ms - a->win_start_ms < ADMISSION_WINDOW_MS)
@@ -126,6 +147,8 @@ void admission_tick(struct admission *a, int64_t now_ms)
 		/* the limit bound through at least half of the window */
 		if (a->fixed < 0 && 2 * a->win_full >= a->win_intervals)
 			decide(a, a->rate);
+		else if (a->fixed < 0)
+			unfilled(a);
 	}
 	a->win_done = 0;
 	a->win_span_ms = 0;

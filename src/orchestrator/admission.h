@@ -42,10 +42,12 @@
  *   only when the limit bound through at least half of it (between two
  *   counts a start was refused, or the sagas in flight were at the limit):
  *   else the rate measures the demand, not the deployment, and the limit
- *   stays (a probe waits for a window that fills it).
+ *   stays, except that a probe the demand does not fill counts as one
+ *   that gained nothing.
  * - Start: from ADMISSION_START_LIMIT, the limit doubles each bound window
- *   while the rate grows by more than 5 %; the first window that does not
- *   ends the start, at that limit.
+ *   while the rate grows by more than 10 %; the first window that does not
+ *   ends the start, at that limit; a doubling the demand does not fill
+ *   ends it at the limit before.
  * - Then cycles of four windows: three at the level, one probe at 1.5 times
  *   it. After the probe, the level grows by 30 % when it finished less
  *   than 96 % of what the probe finished (more concurrency still pays), and
@@ -58,7 +60,8 @@
  *   comparison are measured in the same cycle, so the level follows a
  *   deployment that becomes faster or slower within a few cycles; the
  *   first 200 ms of each window, which still show the limit before, are
- *   left out of its rate.
+ *   left out of its rate. Windows of two seconds: on a machine shared with
+ *   other work, a one-second rate is too noisy to tell 3 % apart.
  * - Cap: the limit never exceeds what finishes within a quarter of the
  *   step deadline at the best rate recently measured (decaying 10 % a
  *   window): by Little's law, the sagas accepted then last on average a
@@ -78,7 +81,7 @@
 #include <stdint.h>
 
 #define ADMISSION_REFRESH_MS 200
-#define ADMISSION_WINDOW_MS 1000
+#define ADMISSION_WINDOW_MS 2000
 #define ADMISSION_FLOOR 16
 #define ADMISSION_START_LIMIT 64
 #define ADMISSION_DEADLINE_SHARE 0.25

@@ -135,16 +135,16 @@ START_TEST(adaptive_limit_finds_the_knee)
 	/* a saga takes 500 ms up to 100 sagas/s: the knee is at 50 in flight */
 	admission_init(&s.a, -1, 120000, 0);
 	ck_assert_int_eq(admission_limit(&s.a), ADMISSION_START_LIMIT);
-	sim_run(&s, 2, 100, 60);
+	sim_run(&s, 2, 100, 120);
 	ck_assert_msg(admission_limit(&s.a) >= 45 && admission_limit(&s.a) <= 100, "limit %lld",
 		      (long long)admission_limit(&s.a));
 	ck_assert(s.a.refused > 0);
 	/* a faster deployment: the knee moves to 150 */
-	sim_run(&s, 2, 300, 60);
+	sim_run(&s, 2, 300, 120);
 	ck_assert_msg(admission_limit(&s.a) >= 130 && admission_limit(&s.a) <= 300, "limit %lld",
 		      (long long)admission_limit(&s.a));
 	/* a slower one: back to 25 */
-	sim_run(&s, 2, 50, 60);
+	sim_run(&s, 2, 50, 120);
 	ck_assert_msg(admission_limit(&s.a) >= 22 && admission_limit(&s.a) <= 60, "limit %lld",
 		      (long long)admission_limit(&s.a));
 }
