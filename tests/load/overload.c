@@ -24,7 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include "fixture.h"
+#include "metrics_reader.h"
 
 #define CAPACITY_CONCURRENCY 64
 #define CAPACITY_SECONDS 15
@@ -86,6 +90,23 @@ static double jnum(struct json_object *o, const char *path)
 	return json_object_get_double(v);
 }
 
+/* Prints the orchestrator's limit and sagas in flight every second (diagnosis in the log). */
+static volatile int watch_port;
+
+static void *watch(void *arg)
+{
+	while (watch_port) {
+		int port = watch_port;
+
+		fprintf(stderr, "  limit %.0f, in flight %.0f, refused %.0f\n",
+			metrics_read_series(port, "saga_admission_limit"),
+			metrics_read_series(port, "saga_inflight"),
+			metrics_read_series(port, "saga_admission_refused_total"));
+		sleep(2);
+	}
+	return NULL;
+}
+
 /* What every overload run must show, summed over its saga-bench runs. */
 static double check_overload(struct json_object *const *runs, int n, const char *what)
 {
@@ -145,7 +166,13 @@ START_TEST(overload_is_refused_at_the_door)
 	env_start(&env, SVC_ORCH, step_timeout);
 	snprintf(load, sizeof(load), "--rate %.0f --duration %d", OVERLOAD_FACTOR * capacity,
 		 OVERLOAD_SECONDS);
+	pthread_t w;
+
+	watch_port = env.port[SVC_ORCH];
+	ck_assert_int_eq(pthread_create(&w, NULL, watch, NULL), 0);
 	struct json_object *one = bench_end(bench_start(env.port[SVC_ORCH], "one", load));
+	watch_port = 0;
+	pthread_join(w, NULL);
 	double goodput = check_overload(&one, 1, "one orchestrator");
 	json_object_put(one);
 	ck_assert_msg(goodput >= GOODPUT_SHARE * capacity,
