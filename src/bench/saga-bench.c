@@ -91,7 +91,7 @@ static struct {
 	int concurrency, customers, items, qty, max_conns, lease_ms;
 	double rate, duration, poll_ms, wait_s;
 	long long count, amount;
-	bool pace_post, quiet, progress;
+	bool pace_post, quiet, progress, no_wake;
 } S = {
 	.url = "http://127.0.0.1:8080",
 	.concurrency = 0,
@@ -131,6 +131,8 @@ static void usage(FILE *out)
 		"  --analyze P        no load: summarise the sagas whose customers start with P\n"
 		"  --since TS         with --analyze: only sagas created at or after TS\n"
 		"  --quiet            no progress bar (it is shown only on a terminal anyway)\n"
+		"  --no-wake          leave out the wake-up figures (their query is slow on\n"
+		"                     tables never analysed, as in a fresh test database)\n"
 		"  --version          print the version and exit\n"
 		"Prints a JSON summary on stdout.\n",
 		S.url, S.customers, S.items, S.qty, S.amount, S.poll_ms, S.max_conns, S.wait_s,
@@ -287,6 +289,8 @@ static struct {
 	struct conn *conns;
 	int nconns;
 	long long issued, answered, created, st_other, st_error;
+	long long st_429, st_429_retry; /* refused (overloaded); with a Retry-After */
+	struct samples refused_lat;     /* time to a 429 */
 	double start, post_end;
 	bool posting_done;
 	struct samples post_lat;
@@ -496,6 +500,13 @@ static void post_done(struct evhttp_request *req, void *arg)
 		L.created++;
 	} else if (code == 0) {
 		L.st_error++;
+	} else if (code == 429) {
+		const char *ra = evhttp_find_header(evhttp_request_get_input_headers(req),
+						    "Retry-After");
+
+		L.st_429++;
+		L.st_429_retry += ra && *ra && strspn(ra, "0123456789") == strlen(ra) && atoi(ra) >= 1;
+		sample_add(&L.refused_lat, (now_s() - p->t0) * 1000);
 	} else {
 		L.st_other++;
 	}
@@ -843,10 +854,30 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 	json_object_object_add(out, "e2e_ms", o);
 	free(e2e.v);
 
+	/* sagas compensated because a step's deadline passed */
+	r = db_exec(c,
+		    "SELECT count(*) FROM orchestrator.saga_history h"
+		    "  JOIN orchestrator.saga_instances s ON s.saga_id = h.saga_id"
+		    " WHERE h.cause = 'StepTimeout' AND s.created_at >= $1"
+		    "   AND left(s.customer_id, length($2)) = $2",
+		    2, run);
+	json_object_object_add(out, "step_timeouts", json_object_new_int64(atoll(PQgetvalue(r, 0, 0))));
+	PQclear(r);
+
 	if (L.issued > 0) {
 		o = json_object_new_object();
 		json_object_object_add(o, "sent", json_object_new_int64(L.issued));
 		json_object_object_add(o, "created_201", json_object_new_int64(L.created));
+		/* refused at the door (429 overloaded), apart from the other answers */
+		json_object_object_add(o, "refused_429", json_object_new_int64(L.st_429));
+		json_object_object_add(o, "refused_with_retry_after",
+				       json_object_new_int64(L.st_429_retry));
+		if (L.st_429) {
+			struct json_object *ro = json_object_new_object();
+
+			add_pcts(ro, &L.refused_lat, p_post, 2);
+			json_object_object_add(o, "refused_ms", ro);
+		}
 		json_object_object_add(o, "other_status", json_object_new_int64(L.st_other));
 		json_object_object_add(o, "failed", json_object_new_int64(L.st_error));
 		json_object_object_add(o, "per_s",
@@ -886,6 +917,8 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 	json_object_object_add(out, "state_ms", o);
 	PQclear(r);
 
+	if (S.no_wake)
+		return out;
 	/* wake-up: see the comment at the top */
 	r = db_exec(c, "SELECT current_setting('track_commit_timestamp')::bool", 0, NULL);
 	bool ts = PQgetvalue(r, 0, 0)[0] == 't';
@@ -984,6 +1017,7 @@ static void parse_args(int argc, char **argv)
 		{ "analyze", required_argument, NULL, 'z' },
 		{ "since", required_argument, NULL, 's' },
 		{ "quiet", no_argument, NULL, 'Q' },
+		{ "no-wake", no_argument, NULL, 'W' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -1020,6 +1054,7 @@ static void parse_args(int argc, char **argv)
 		case 'z': S.analyze = optarg; break;
 		case 's': S.since = optarg; break;
 		case 'Q': S.quiet = true; break;
+		case 'W': S.no_wake = true; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': version_print(stdout); exit(0);
 		default: usage(stderr); exit(2);
@@ -1115,5 +1150,6 @@ int main(int argc, char **argv)
 	json_object_put(out);
 	PQfinish(c);
 	free(L.post_lat.v);
+	free(L.refused_lat.v);
 	return stuck ? 1 : 0;
 }

@@ -6,8 +6,10 @@
  */
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "admin_api.h"
+#include "admission.h"
 #include "admin_sagas.h"
 #include "console.h"
 #include "orders.h"
@@ -18,6 +20,8 @@ static struct {
 	struct service service;
 	int64_t step_timeout_ms;
 	int64_t idempotency_ttl_s;
+	int64_t max_inflight;
+	struct admission admission;
 } O;
 
 static const struct httpd_route routes[] = {
@@ -33,6 +37,8 @@ static const struct envcfg_var vars[] = {
 	  "a saga step's deadline, after which it compensates" },
 	{ "IDEMPOTENCY_TTL_S", ENVCFG_INT, &O.idempotency_ttl_s, "86400", 1, 31536000,
 	  "how long an Idempotency-Key is remembered" },
+	{ "ADMISSION_MAX_INFLIGHT", ENVCFG_INT, &O.max_inflight, "-1", -1, 100000000,
+	  "refuse a start (429) while this many sagas are in flight; 0: never; -1: follow what the deployment finishes" },
 };
 
 static const struct service_peer_spec peers[] = {
@@ -68,8 +74,13 @@ int main(int argc, char **argv)
 		service_free(&O.service);
 		return rc;
 	}
-	saga_engine_open(&O.service, O.step_timeout_ms);
-	orders_open(&O.service, O.step_timeout_ms, O.idempotency_ttl_s);
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	admission_init(&O.admission, O.max_inflight, O.step_timeout_ms,
+		       (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	saga_engine_open(&O.service, &O.admission, O.step_timeout_ms);
+	orders_open(&O.service, &O.admission, O.step_timeout_ms, O.idempotency_ttl_s);
 	rc = service_run(&O.service);
 	orders_close();
 	saga_engine_close();

@@ -7,22 +7,28 @@
  *                       key and body again get the first answer back
  *   GET  /orders/{id}   the saga and its history
  *
- * Expired idempotency records are deleted in the background, a batch a minute.
+ * A start that admission control refuses (admission.h) is answered 429
+ * overloaded with Retry-After and stores nothing, unless it replays a key
+ * already accepted. Expired idempotency records are deleted in the
+ * background, a batch a minute.
  */
 #ifndef PGSAGA_ORDERS_H
 #define PGSAGA_ORDERS_H
 
 #include <stdint.h>
 
+struct admission;
 struct evhttp_request;
 struct service;
 
 /*
  * Binds the routes to service (one per process) and starts the purge;
  * step_timeout_ms is the first step's deadline, idempotency_ttl_s how long
- * a key is remembered. orders_close undoes it.
+ * a key is remembered; adm decides the starts and counts the sagas in flight
+ * (borrowed). orders_close undoes it.
  */
-void orders_open(struct service *service, int64_t step_timeout_ms, int64_t idempotency_ttl_s);
+void orders_open(struct service *service, struct admission *adm, int64_t step_timeout_ms,
+		 int64_t idempotency_ttl_s);
 void orders_close(void);
 
 /* The routes (httpd_route handlers). */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admission.h"
 #include "db.h"
 #include "jsonx.h"
 #include "log.h"
@@ -19,6 +20,7 @@
 
 static struct {
 	struct service *service;
+	struct admission *adm;
 	int64_t step_timeout_ms;
 	struct metric_family *transitions;
 	struct event *deadline_timer;
@@ -61,9 +63,18 @@ struct transition {
 	char *reason;                /* cancellations only (malloc'd) */
 	saga_apply_cb ext_done;      /* saga_transition_apply's caller */
 	void *ext_arg;
+	bool ending;                 /* to a terminal state: admission counts it */
 };
 
 static void transition_send(struct transition *t);
+
+/* The transition's outcome to its owner; a saga that ended leaves admission's count. */
+static void transition_done(struct transition *t, enum saga_outcome o)
+{
+	if (t->ending)
+		admission_end_done(E.adm, o == SAGA_OUT_APPLIED);
+	t->done(t, o);
+}
 
 static void transition_applied(void *arg, PGresult *res, const struct db_error *err)
 {
@@ -77,16 +88,16 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 		}
 		t->err = *err;
 		t->err.message = NULL;
-		t->done(t, SAGA_OUT_DB_ERROR);
+		transition_done(t, SAGA_OUT_DB_ERROR);
 		return;
 	}
 	result = PQgetvalue(res, 0, 0);
 	if (strcmp(result, "not_found") == 0) {
-		t->done(t, SAGA_OUT_NOT_FOUND);
+		transition_done(t, SAGA_OUT_NOT_FOUND);
 		return;
 	}
 	if (strcmp(result, "duplicate") == 0) {
-		t->done(t, SAGA_OUT_DUPLICATE);
+		transition_done(t, SAGA_OUT_DUPLICATE);
 		return;
 	}
 	if (strcmp(result, "ignored") == 0) {
@@ -97,7 +108,7 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 		t->why = "unknown_state";
 		if (st >= 0 && undo >= 0)
 			saga_next((enum saga_state)st, (enum saga_undo)undo, t->ev, &unused, &t->why);
-		t->done(t, SAGA_OUT_IGNORED);
+		transition_done(t, SAGA_OUT_IGNORED);
 		return;
 	}
 
@@ -116,7 +127,7 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 		outbox_send(E.service->outbox, t->cmd_id, "command",
 			    saga_command_destination(t->step.command),
 			    saga_command_name(t->step.command), PQgetvalue(res, 0, 3), trace);
-	t->done(t, SAGA_OUT_APPLIED);
+	transition_done(t, SAGA_OUT_APPLIED);
 }
 
 static void transition_send(struct transition *t)
@@ -128,6 +139,10 @@ static void transition_send(struct transition *t)
 		uuid_new_v7(t->cmd_id);
 		snprintf(t->payload, sizeof(t->payload), "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}",
 			 t->cmd_id, t->saga_id);
+	}
+	if (!t->ending && saga_state_terminal(t->step.to)) {
+		t->ending = true;
+		admission_end_begin(E.adm);
 	}
 	snprintf(deadline_s, sizeof(deadline_s), "%lld", (long long)E.step_timeout_ms);
 	const char *params[15] = {
@@ -361,13 +376,14 @@ struct metric_family *saga_transitions_metric(void)
 	return E.transitions;
 }
 
-void saga_engine_open(struct service *service, int64_t step_timeout_ms)
+void saga_engine_open(struct service *service, struct admission *adm, int64_t step_timeout_ms)
 {
 	/* deadlines are checked often enough to be late by a fraction of one */
 	int64_t every = step_timeout_ms / 4 < 1000 ? step_timeout_ms / 4 : 1000;
 	struct timeval tv = { (time_t)(every / 1000), (suseconds_t)(every % 1000) * 1000 };
 
 	E.service = service;
+	E.adm = adm;
 	E.step_timeout_ms = step_timeout_ms;
 	E.transitions = metrics_family("saga_transitions_total",
 				       "Saga transitions by from and to state", METRIC_COUNTER);

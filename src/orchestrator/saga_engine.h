@@ -15,6 +15,7 @@
 
 #include "saga_fsm.h"
 
+struct admission;
 struct db_error;
 struct evhttp_request;
 struct inmsg;
@@ -23,10 +24,10 @@ struct service;
 
 /*
  * Binds the engine to service (one per process) and starts the deadline
- * sweep; step_timeout_ms is every step's deadline. saga_engine_close
- * undoes it.
+ * sweep; step_timeout_ms is every step's deadline; adm is told of every
+ * saga that ends (borrowed). saga_engine_close undoes it.
  */
-void saga_engine_open(struct service *service, int64_t step_timeout_ms);
+void saga_engine_open(struct service *service, struct admission *adm, int64_t step_timeout_ms);
 void saga_engine_close(void);
 
 /* saga_transitions_total{from,to}; orders.c counts a saga's creation in it. */

@@ -104,6 +104,11 @@ static int parse(const char *const *names, int n, const char *s)
 	return -1;
 }
 
+bool saga_state_terminal(enum saga_state s)
+{
+	return s == SAGA_COMPLETED || s == SAGA_FAILED || s == SAGA_COMPENSATED;
+}
+
 const char *saga_state_name(enum saga_state s)
 {
 	return s < SAGA_STATE_COUNT ? state_names[s] : "?";

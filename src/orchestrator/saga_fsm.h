@@ -87,6 +87,9 @@ bool saga_expected(enum saga_event ev, enum saga_state *from, enum saga_undo *un
  * StepTimeout and Cancelled, which the orchestrator makes itself. */
 bool saga_event_is_message(enum saga_event ev);
 
+/* True for the states a saga ends in: Completed, Failed, Compensated. */
+bool saga_state_terminal(enum saga_state s);
+
 /* Names as in the database and the API; parse returns -1 for unknown. */
 const char *saga_state_name(enum saga_state s);
 int saga_state_parse(const char *s);

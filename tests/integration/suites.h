@@ -13,5 +13,6 @@ Suite *delivery_suite(void);         /* delivery.c */
 Suite *databases_suite(void);        /* databases.c */
 Suite *http_edges_suite(void);       /* http_edges.c */
 Suite *roles_migrations_suite(void); /* roles_migrations.c */
+Suite *admission_suite(void);        /* admission.c */
 
 #endif

@@ -73,6 +73,7 @@ struct db_req {
 	db_cb cb;
 	void *arg;
 	bool grouped;     /* may share a transaction (db_query_grouped) */
+	bool low;         /* waits behind every other statement (db_query_grouped_low) */
 	const char *key;  /* grouped: the order within the group */
 	bool alone;       /* its group failed: it runs again by itself */
 	bool prepare;     /* in a group: a Parse goes out before it */
@@ -112,7 +113,8 @@ struct db_pool {
 	int waiting;
 	int writers;  /* connections that may run grouped statements at once */
 	int writing;  /* ... and do now */
-	struct req_queue queue;
+	struct req_queue queue; /* waiting statements, in order */
+	struct req_queue low;   /* ... and behind them, the low-priority ones */
 	struct conn *conns;
 	struct metric_series *groups, *grouped; /* group commits, statements in them */
 };
@@ -182,12 +184,35 @@ static void req_finish(struct db_req *r, PGresult *res, enum db_status st, const
 	req_free(r);
 }
 
+/*
+ * The waiting statements are two queues read as one: pool->queue, then
+ * pool->low.
+ */
+static struct req_queue *queue_of(struct db_pool *pool, const struct db_req *r)
+{
+	return r->low ? &pool->low : &pool->queue;
+}
+
+static struct db_req *queue_first(struct db_pool *pool)
+{
+	struct db_req *r = TAILQ_FIRST(&pool->queue);
+
+	return r ? r : TAILQ_FIRST(&pool->low);
+}
+
+static struct db_req *queue_next(struct db_pool *pool, const struct db_req *r)
+{
+	struct db_req *n = TAILQ_NEXT(r, link);
+
+	return n || r->low ? n : TAILQ_FIRST(&pool->low);
+}
+
 static void pool_fail_queue(struct db_pool *pool, const char *why)
 {
 	struct db_req *r;
 
-	while ((r = TAILQ_FIRST(&pool->queue)) != NULL) {
-		TAILQ_REMOVE(&pool->queue, r, link);
+	while ((r = queue_first(pool)) != NULL) {
+		TAILQ_REMOVE(queue_of(pool, r), r, link);
 		pool->waiting--;
 		req_finish(r, NULL, DB_UNAVAILABLE, NULL, why);
 	}
@@ -503,7 +528,7 @@ static void group_done(struct conn *c)
 			PQclear(r->res);
 			r->res = NULL;
 			r->alone = true;
-			TAILQ_INSERT_HEAD(&c->pool->queue, r, link);
+			TAILQ_INSERT_HEAD(queue_of(c->pool, r), r, link);
 			c->pool->waiting++;
 		}
 	}
@@ -683,7 +708,7 @@ static void conn_send(struct conn *c, struct db_req *r)
 		ok = PQsendPrepare(c->pg, name, r->sql, r->nparams, NULL);
 	}
 	if (!ok) {
-		TAILQ_INSERT_HEAD(&c->pool->queue, r, link);
+		TAILQ_INSERT_HEAD(queue_of(c->pool, r), r, link);
 		c->pool->waiting++;
 		conn_down(c, PQerrorMessage(c->pg));
 		return;
@@ -732,11 +757,11 @@ static bool conn_send_group(struct conn *c, struct db_req *first, int max)
 	uint64_t parsing = 0;
 	int f;
 
-	for (r = TAILQ_FIRST(&pool->queue); r && c->ngroup + 1 < max; r = next) {
-		next = TAILQ_NEXT(r, link);
+	for (r = queue_first(pool); r && c->ngroup + 1 < max; r = next) {
+		next = queue_next(pool, r);
 		if (!r->grouped || r->alone)
 			continue;
-		TAILQ_REMOVE(&pool->queue, r, link);
+		TAILQ_REMOVE(queue_of(pool, r), r, link);
 		pool->waiting--;
 		TAILQ_INSERT_TAIL(&c->group, r, link);
 		c->ngroup++;
@@ -772,7 +797,7 @@ static bool conn_send_group(struct conn *c, struct db_req *first, int max)
 		/* nothing commits without the Sync: the statements can wait for another connection */
 		while ((r = TAILQ_LAST(&c->group, req_queue)) != NULL) {
 			TAILQ_REMOVE(&c->group, r, link);
-			TAILQ_INSERT_HEAD(&pool->queue, r, link);
+			TAILQ_INSERT_HEAD(queue_of(pool, r), r, link);
 			pool->waiting++;
 			pool->busy--;
 		}
@@ -799,7 +824,7 @@ static struct db_req *next_startable(struct db_pool *pool, int *grouped)
 	struct db_req *r, *found = NULL;
 
 	*grouped = 0;
-	TAILQ_FOREACH(r, &pool->queue, link) {
+	for (r = queue_first(pool); r; r = queue_next(pool, r)) {
 		*grouped += groupable(r);
 		if (!found && (!groupable(r) || pool->writing < pool->writers))
 			found = r;
@@ -809,7 +834,7 @@ static struct db_req *next_startable(struct db_pool *pool, int *grouped)
 
 static void pool_dispatch(struct db_pool *pool)
 {
-	for (int i = 0; i < pool->size && !TAILQ_EMPTY(&pool->queue); i++) {
+	for (int i = 0; i < pool->size && pool->waiting > 0; i++) {
 		struct conn *c = &pool->conns[i];
 		struct db_req *r;
 		int grouped;
@@ -819,7 +844,7 @@ static void pool_dispatch(struct db_pool *pool)
 		r = next_startable(pool, &grouped);
 		if (!r)
 			return;
-		TAILQ_REMOVE(&pool->queue, r, link);
+		TAILQ_REMOVE(queue_of(pool, r), r, link);
 		pool->waiting--;
 		if (groupable(r)) {
 			/* this writer's share of the grouped statements that wait */
@@ -860,6 +885,7 @@ struct db_pool *db_pool_new(struct event_base *base, const char *conninfo, const
 		"");
 	pool->conns = calloc((size_t)size, sizeof(*pool->conns));
 	TAILQ_INIT(&pool->queue);
+	TAILQ_INIT(&pool->low);
 	if (!pool->conninfo || !pool->options || !pool->conns) {
 		db_pool_free(pool);
 		return NULL;
@@ -890,8 +916,8 @@ void db_pool_free(struct db_pool *pool)
 		}
 		conn_fini(c);
 	}
-	while ((r = TAILQ_FIRST(&pool->queue)) != NULL) {
-		TAILQ_REMOVE(&pool->queue, r, link);
+	while ((r = queue_first(pool)) != NULL) {
+		TAILQ_REMOVE(queue_of(pool, r), r, link);
 		req_free(r);
 	}
 	free(pool->conns);
@@ -905,8 +931,8 @@ static void unavailable_cb(evutil_socket_t fd, short what, void *arg)
 	req_finish(arg, NULL, DB_UNAVAILABLE, NULL, "database unavailable");
 }
 
-static void enqueue(struct db_pool *pool, const char *key, const char *sql, int nparams,
-		    const char *const *params, db_cb cb, void *arg)
+static void enqueue(struct db_pool *pool, bool low, const char *key, const char *sql,
+		    int nparams, const char *const *params, db_cb cb, void *arg)
 {
 	size_t len = key ? strlen(key) + 1 : 0;
 	struct db_req *r;
@@ -938,6 +964,7 @@ static void enqueue(struct db_pool *pool, const char *key, const char *sql, int 
 	r->cb = cb;
 	r->arg = arg;
 	r->grouped = key != NULL;
+	r->low = low;
 	r->key = key ? memcpy(p, key, strlen(key) + 1) : NULL;
 	r->alone = false;
 	r->prepare = false;
@@ -948,7 +975,7 @@ static void enqueue(struct db_pool *pool, const char *key, const char *sql, int 
 			abort();
 		return;
 	}
-	TAILQ_INSERT_TAIL(&pool->queue, r, link);
+	TAILQ_INSERT_TAIL(queue_of(pool, r), r, link);
 	pool->waiting++;
 	pool_dispatch(pool);
 }
@@ -956,13 +983,19 @@ static void enqueue(struct db_pool *pool, const char *key, const char *sql, int 
 void db_query(struct db_pool *pool, const char *sql, int nparams, const char *const *params,
 	      db_cb cb, void *arg)
 {
-	enqueue(pool, NULL, sql, nparams, params, cb, arg);
+	enqueue(pool, false, NULL, sql, nparams, params, cb, arg);
 }
 
 void db_query_grouped(struct db_pool *pool, const char *key, const char *sql, int nparams,
 		      const char *const *params, db_cb cb, void *arg)
 {
-	enqueue(pool, key, sql, nparams, params, cb, arg);
+	enqueue(pool, false, key, sql, nparams, params, cb, arg);
+}
+
+void db_query_grouped_low(struct db_pool *pool, const char *key, const char *sql, int nparams,
+			  const char *const *params, db_cb cb, void *arg)
+{
+	enqueue(pool, true, key, sql, nparams, params, cb, arg);
 }
 
 bool db_pool_ready(const struct db_pool *pool)

@@ -6,7 +6,8 @@
  * connection; in autocommit that statement is its own transaction, so a
  * transaction costs one round trip (services write multi-step work as one
  * statement with CTEs or one call of a PL/pgSQL function). Queries that find
- * no idle connection wait in a FIFO. When no connection is up, a query fails
+ * no idle connection wait in a FIFO, and behind it those queued as low
+ * priority (db_query_grouped_low). When no connection is up, a query fails
  * at once with DB_UNAVAILABLE instead of waiting: a caller answering HTTP
  * turns that into 503 with Retry-After.
  *
@@ -109,6 +110,17 @@ void db_query(struct db_pool *pool, const char *sql, int nparams, const char *co
  */
 void db_query_grouped(struct db_pool *pool, const char *key, const char *sql, int nparams,
 		      const char *const *params, db_cb cb, void *arg);
+
+/*
+ * As db_query_grouped, at low priority: it starts only when no other
+ * statement waits (it may still share a group with them). New work (a saga
+ * to start) waits so behind the work already accepted (its transitions,
+ * deliveries, deadlines, operators' actions), which thus keeps its pace
+ * whatever the rate of new work; admission control keeps the new work from
+ * starving (orchestrator/admission.h).
+ */
+void db_query_grouped_low(struct db_pool *pool, const char *key, const char *sql, int nparams,
+			  const char *const *params, db_cb cb, void *arg);
 
 /*
  * At most writers connections run grouped statements at once (default: the
