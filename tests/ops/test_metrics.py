@@ -8,7 +8,7 @@ Completed, orders answered 201, deliveries acknowledged per peer, the
 delivery histogram; a command sent twice counts an inbox duplicate; a dead
 letter shows in the outbox gauges. Every metric that docs/openapi.yaml
 lists under /metrics, and every metric the alert rules in
-docs/operations.md use, must be exposed by some service: over HTTP, or
+deploy/prometheus/pgsaga-rules.yml use, must be exposed by some service: over HTTP, or
 (the broker's families) by payment restarted with TRANSPORT=amqp on a
 private RabbitMQ node.
 """
@@ -98,11 +98,11 @@ def documented_metrics():
     doc = yaml.safe_load(open(os.path.join(SRC, "docs", "openapi.yaml"), encoding="utf-8"))
     text = doc["paths"]["/metrics"]["get"]["description"]
     names = set(re.findall(r"`(saga_[a-z0-9_]+)", text))
-    ops = open(os.path.join(SRC, "docs", "operations.md"), encoding="utf-8").read()
+    path = os.path.join(SRC, "deploy", "prometheus", "pgsaga-rules.yml")
     rules = set()
-    for block in re.findall(r"^```yaml\n(.*?)^```", ops, re.M | re.S):
-        for expr in re.findall(r"expr: (?:>\n)?(.*?)(?=\n\s+(?:for|labels):)", block, re.S):
-            rules |= set(re.findall(r"\b(saga_[a-z0-9_]+)", expr))
+    for group in yaml.safe_load(open(path, encoding="utf-8"))["groups"]:
+        for rule in group["rules"]:
+            rules |= set(re.findall(r"\b(saga_[a-z0-9_]+)", rule["expr"]))
     return names, rules
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """docs/operations.md: every ```sql block runs without an error against a
-database where sagas ran, and every ```yaml block of Prometheus rules passes
-`promtool check rules`.
+database where sagas ran, and a ```yaml block of Prometheus rules, if one
+comes back, passes `promtool check rules` (the rules themselves are a file,
+deploy/prometheus/pgsaga-rules.yml, checked by the deploy suite).
 
 The database is bootstrapped with docker/initdb.sh (the script the compose
 file mounts into the postgres image), so that script is exercised too. The
