@@ -16,9 +16,11 @@
  * A short STEP_TIMEOUT_MS makes sagas stuck behind a dead service
  * compensate, so timeouts race with late answers.
  *
- * A client whose POST /orders gets no answer (killed orchestrator) or a 503
- * (database down) sends the same request again with the same
- * Idempotency-Key until it gets its 201: that is what the key is for.
+ * A client whose POST /orders gets no answer (killed orchestrator), a 503
+ * (database down) or a 429 (admission control: a deployment under faults
+ * finishes less, so it takes fewer starts) sends the same request again
+ * with the same Idempotency-Key until it gets its 201: that is what the key
+ * is for, and a refused key must then be taken as new.
  *
  * Then the faults stop, and within CHAOS_CONVERGE_S every saga must be
  * terminal and every outbox row delivered, none dead; exactly one saga per
@@ -139,7 +141,7 @@ struct order {
 
 static struct order *orders;
 static int64_t t_start;
-static atomic_long retries_503, retries_conn, replays, orders_done;
+static atomic_long retries_503, retries_429, retries_conn, replays, orders_done;
 
 /* Places one order, again and again with the same key until it is accepted. */
 static void place(struct order *o)
@@ -183,7 +185,22 @@ static void place(struct order *o)
 			atomic_fetch_add(&retries_conn, 1);
 		else if (r.status == 503)
 			atomic_fetch_add(&retries_503, 1);
-		else {
+		else if (r.status == 429) {
+			char *after = http_header(&r, "Retry-After");
+			long wait_s = after ? atol(after) : 0;
+
+			atomic_fetch_add(&retries_429, 1);
+			free(after);
+			if (wait_s < 1) {
+				snprintf(o->error, sizeof(o->error), "429 without Retry-After: %.100s",
+					 r.body);
+				http_resp_free(&r);
+				atomic_fetch_add(&orders_done, 1);
+				return;
+			}
+			/* as told, but within the test's patience */
+			sleep_ms(wait_s > 2 ? 2000 : wait_s * 1000);
+		} else {
 			snprintf(o->error, sizeof(o->error), "POST /orders: %d %.120s", r.status, r.body);
 			http_resp_free(&r);
 			atomic_fetch_add(&orders_done, 1);
@@ -550,14 +567,16 @@ START_TEST(chaos_invariants_hold)
 	printf("chaos summary: %ld sagas (Completed %lld, Failed %lld, Compensated %lld; %lld hit a "
 	       "step timeout, %lld voided rows); kills %d (orchestrator %d, payment %d, inventory %d), "
 	       "1 PostgreSQL restart (%.1f s down); POST /orders retried %ld times (%ld on 503, %ld "
-	       "on no answer), %ld replayed; %lld messages delivered, %lld delivery attempts failed "
+	       "on 429, %ld on no answer), %ld replayed; %lld messages delivered, %lld delivery attempts failed "
 	       "and were retried (%lld messages), inbox duplicates >= %.0f; converged in %.1f s; "
 	       "dead letters %ld; audit %s\n",
 	       K.sagas, completed, failed, compensated, timeouts, voided,
 	       st.kills[0] + st.kills[1] + st.kills[2], st.kills[SVC_ORCH], st.kills[SVC_PAY],
 	       st.kills[SVC_INV], (double)st.db_down_ms / 1000.0,
-	       (long)(atomic_load(&retries_503) + atomic_load(&retries_conn)),
-	       (long)atomic_load(&retries_503), (long)atomic_load(&retries_conn),
+	       (long)(atomic_load(&retries_503) + atomic_load(&retries_429) +
+		      atomic_load(&retries_conn)),
+	       (long)atomic_load(&retries_503), (long)atomic_load(&retries_429),
+	       (long)atomic_load(&retries_conn),
 	       (long)atomic_load(&replays), delivered, failed_attempts, rows_retried, st.inbox_dups,
 	       converge_s, dead, fo ? "FAILED" : "clean");
 	fflush(stdout);
