@@ -81,7 +81,12 @@ def main():
         except RuntimeError as e:
             die(str(e))
         log("database and broker up after %.0f s" % (time.monotonic() - t_start))
-        env = {"TRANSPORT": "amqp", "AMQP_URL": mq.urls(), "LEASE_MS": str(LEASE_MS)}
+        # Admission control off: while payment is cut off nothing finishes,
+        # so the default limit would stop taking orders once the sagas in
+        # flight reach it (as it should: tests/load, tests/integration's
+        # admission suite). This test is about what waits in the outbox.
+        env = {"TRANSPORT": "amqp", "AMQP_URL": mq.urls(), "LEASE_MS": str(LEASE_MS),
+               "ADMISSION_MAX_INFLIGHT": "0"}
         with HostsSystem("hosts_services", root, pg, hs, INSTANCES, env, bootstrap=True) as sy:
             sy.psql("INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 1000000)"
                     " ON CONFLICT (item_id) DO UPDATE SET available = 1000000")
