@@ -410,6 +410,12 @@ START_TEST(test_canonical)
 	canon_is("[1e3, 1000.0, -0]", "[1000.0,1000.0,0]");
 	/* Too large for a double: still the number written. */
 	canon_is("[1e400, 10e399, -1e400, 1e999]", "[1e+400,1e+400,-1e+400,1e+999]");
+	/* exponents past 10^15 are one value, and the canonical text is a fixed
+	 * point (the fuzzer found 9.1e+10^16 written twice two ways) */
+	canon_is("[91e10000000000000000, 9.1e+1000000000000000, 1e-99999999999999999]",
+		 "[9.1e+1000000000000000,9.1e+1000000000000000,1e-1000000000000000]");
+	canon_is("[9.1e+1000000000000000,1e-1000000000000000]",
+		 "[9.1e+1000000000000000,1e-1000000000000000]");
 	/* Bytewise key order: 'B' < '_' < 'a' < any UTF-8 lead byte. */
 	canon_is("{\"\xc3\xa9\":1,\"a\":2,\"_\":3,\"B\":4}",
 		 "{\"B\":4,\"_\":3,\"a\":2,\"\xc3\xa9\":1}");

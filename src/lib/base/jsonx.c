@@ -722,7 +722,12 @@ static int canon_object(struct evbuffer *out, struct json_object *v)
 	return rc == 0 ? put(out, "}") : -1;
 }
 
-/* Beyond this an exponent's size is not followed: 1e(10^15) and 1e(10^16) are one value. */
+/*
+ * Beyond this an exponent's size is not followed: 1e(10^15) and 1e(10^16)
+ * are one value, written with the exponent 10^15. The written exponent is
+ * clamped (not the one read), so that the canonical text of a canonical
+ * text is itself: digits after the point shift the exponent read.
+ */
 #define EXP_LIMIT 1000000000000000LL
 
 /*
@@ -755,7 +760,7 @@ static int canon_decimal(struct evbuffer *out, const char *t, size_t n)
 		if (++i < n && (t[i] == '+' || t[i] == '-'))
 			eneg = t[i++] == '-';
 		for (; i < n && is_digit((unsigned char)t[i]); i++)
-			if (e < EXP_LIMIT)
+			if (e < 10 * EXP_LIMIT) /* far past it: a body's digits cannot come back */
 				e = e * 10 + (t[i] - '0');
 	}
 	e = (eneg ? -e : e) - (long long)frac;
@@ -771,6 +776,10 @@ static int canon_decimal(struct evbuffer *out, const char *t, size_t n)
 		return put(out, neg ? "-0.0" : "0.0");
 	}
 	sci = e + (long long)k - 1; /* d.ddd * 10^sci */
+	if (sci > EXP_LIMIT)
+		sci = EXP_LIMIT;
+	else if (sci < -EXP_LIMIT)
+		sci = -EXP_LIMIT;
 	if (neg)
 		rc |= put(out, "-");
 	if (sci >= 17 || sci < -4) {
