@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "monotime.h"
 #include "admin_api.h"
 #include "admission.h"
 #include "admin_sagas.h"
@@ -74,11 +75,7 @@ int main(int argc, char **argv)
 		service_free(&O.service);
 		return rc;
 	}
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	admission_init(&O.admission, O.max_inflight, O.step_timeout_ms,
-		       (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+	admission_init(&O.admission, O.max_inflight, O.step_timeout_ms, monotime_ms());
 	saga_engine_open(&O.service, &O.admission, O.step_timeout_ms);
 	orders_open(&O.service, &O.admission, O.step_timeout_ms, O.idempotency_ttl_s);
 	rc = service_run(&O.service);

@@ -1,4 +1,5 @@
 /* orders: see orders.h. */
+#include "monotime.h"
 #include "orders.h"
 
 #include <event2/buffer.h>
@@ -40,14 +41,6 @@ static struct {
 
 /* The mark moves this often: the count reads the sagas created since it. */
 #define MARK_EVERY_MS 5000
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* --- POST /orders ----------------------------------------------------- */
 
@@ -343,7 +336,7 @@ void orders_post(struct evhttp_request *req, void *svc, const char *tail)
 	canon = jsonx_canonical(obj);
 	if (!canon)
 		abort();
-	if (!admission_try(R.adm, mono_ms())) {
+	if (!admission_try(R.adm, monotime_ms())) {
 		refuse(req, key, canon);
 		free(canon);
 		json_object_put(obj);
@@ -463,14 +456,14 @@ static void count_done(void *arg, PGresult *res, const struct db_error *err)
 		admission_count_failed(R.adm);
 		return;
 	}
-	admission_refreshed(R.adm, mono_ms(), atoll(PQgetvalue(res, 0, 0)),
+	admission_refreshed(R.adm, monotime_ms(), atoll(PQgetvalue(res, 0, 0)),
 			    atoll(PQgetvalue(res, 0, 1)), new_mark);
 	snprintf(R.next_mark, sizeof(R.next_mark), "%s", PQgetvalue(res, 0, 2));
 }
 
 static void count_cb(evutil_socket_t fd, short what, void *arg)
 {
-	int64_t now = mono_ms();
+	int64_t now = monotime_ms();
 	bool new_mark = R.mark[0] == '\0';
 
 	if (R.service->stopping || R.adm->counting)

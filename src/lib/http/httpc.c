@@ -1,4 +1,5 @@
 /* httpc: see httpc.h. */
+#include "monotime.h"
 #include "httpc.h"
 
 #include <event2/buffer.h>
@@ -90,14 +91,6 @@ struct httpc_peer {
 	struct tls *tls;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void schedule_pump(struct httpc_peer *p)
 {
 	event_active(p->pump, EV_TIMEOUT, 0);
@@ -186,7 +179,7 @@ static void request_done_cb(struct evhttp_request *req, void *arg)
 	}
 	/* only the peer's own trouble counts against its circuit */
 	breaker_report(&in->br, delivery_policy_breaker_ok(delivery_policy_http(r.status)),
-		       now_ms());
+		       monotime_ms());
 	metric_set(in->up, in->br.state == BREAKER_CLOSED ? 0 : in->br.state == BREAKER_OPEN ? 1 : 2);
 	call_done(p, c, &r);
 	schedule_pump(p);
@@ -282,7 +275,7 @@ static void pump_cb(evutil_socket_t fd, short what, void *arg)
 	struct call *c;
 
 	while ((c = TAILQ_FIRST(&p->queue)) != NULL) {
-		int64_t now = now_ms(), soonest = INT64_MAX;
+		int64_t now = monotime_ms(), soonest = INT64_MAX;
 		bool busy = false, sent = false;
 
 		for (int k = 0; k < p->ninsts && !sent; k++) {
@@ -512,7 +505,7 @@ const char *httpc_name(const struct httpc_peer *p)
 
 const char *httpc_breaker_state(const struct httpc_peer *p)
 {
-	int64_t now = now_ms();
+	int64_t now = monotime_ms();
 	const char *best = "open";
 
 	for (int i = 0; i < p->ninsts; i++) {

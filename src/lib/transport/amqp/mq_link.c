@@ -1,4 +1,5 @@
 /* mq_link: see mq_link.h. Everything named thread_* runs on the link's thread. */
+#include "monotime.h"
 #include "mq_link.h"
 
 #include <amqp.h>
@@ -82,14 +83,6 @@ struct mq_link {
 	int backoff_ms;
 	char why[160];
 };
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void signal_fd(int fd)
 {
@@ -290,12 +283,12 @@ static void thread_connect(struct mq_link *l, bool consume)
 	if (++l->tried < l->nodes.n) {
 		/* a cluster: the next node may answer, try it at once */
 		log_warn("amqp: %s; trying %s", l->why, l->nodes.name[l->node]);
-		l->next_connect_ms = mono_ms();
+		l->next_connect_ms = monotime_ms();
 		return;
 	}
 	l->tried = 0;
 	log_warn("amqp: %s; retrying in about %d ms", l->why, l->backoff_ms);
-	l->next_connect_ms = mono_ms() + backoff_delay_ms(l->backoff_ms / 2, l->backoff_ms, 1,
+	l->next_connect_ms = monotime_ms() + backoff_delay_ms(l->backoff_ms / 2, l->backoff_ms, 1,
 							 backoff_random()) + l->backoff_ms / 2;
 	l->backoff_ms = l->backoff_ms * 2 > RECONNECT_MAX_MS ? RECONNECT_MAX_MS : l->backoff_ms * 2;
 }
@@ -315,7 +308,7 @@ static void thread_lose(struct mq_link *l)
 	while ((m = pop(&l->unconf_head, &l->unconf_tail)) != NULL)
 		thread_confirm(l, m, false, why);
 	l->nunconf = 0;
-	l->next_connect_ms = mono_ms() + RECONNECT_MIN_MS;
+	l->next_connect_ms = monotime_ms() + RECONNECT_MIN_MS;
 	thread_state(l);
 	/* the node may be gone with its connection: start with the next one */
 	l->node = mq_nodes_next(&l->nodes, l->node);
@@ -402,7 +395,7 @@ static int64_t thread_confirm_deadline(const struct mq_link *l)
  */
 static bool thread_expire(struct mq_link *l)
 {
-	int64_t now = mono_ms();
+	int64_t now = monotime_ms();
 
 	while (thread_confirm_deadline(l) <= now) {
 		struct mq_msg *m = pop(&l->unconf_head, &l->unconf_tail);
@@ -556,7 +549,7 @@ static bool thread_read(struct mq_link *l)
 		case AMQP_CONNECTION_UNBLOCKED_METHOD:
 			l->blocked = f.payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD;
 			if (!l->blocked)
-				l->unblocked_ms = mono_ms();
+				l->unblocked_ms = monotime_ms();
 			log_warn("amqp: the broker %s publishing",
 				 l->blocked ? "blocked" : "unblocked");
 			thread_state(l);
@@ -654,13 +647,13 @@ static void thread_wait(struct mq_link *l)
 		 */
 		if (amqp_frames_enqueued(l->conn))
 			return;
-		int64_t left = thread_confirm_deadline(l) - mono_ms();
+		int64_t left = thread_confirm_deadline(l) - monotime_ms();
 
 		p[1].fd = amqp_get_sockfd(l->conn);
 		if (left < timeout)
 			timeout = left < 0 ? 0 : (int)left;
 	} else {
-		int64_t left = l->next_connect_ms - mono_ms();
+		int64_t left = l->next_connect_ms - monotime_ms();
 
 		timeout = left < 0 ? 0 : left > 1000 ? 1000 : (int)left;
 	}
@@ -693,7 +686,7 @@ static void *thread_main(void *arg)
 
 		if (reload && l->tls) /* amqps, loaded once: else the next attempt loads */
 			thread_load_tls(l, true);
-		if (!l->conn && !stopping && mono_ms() >= l->next_connect_ms)
+		if (!l->conn && !stopping && monotime_ms() >= l->next_connect_ms)
 			thread_connect(l, !pause);
 		if (l->conn && pause && l->consuming) {
 			amqp_basic_cancel(l->conn, CHANNEL, amqp_empty_bytes);
@@ -708,9 +701,9 @@ static void *thread_main(void *arg)
 				thread_confirm(l, m, false, l->why[0] ? l->why : "broker unavailable");
 		}
 		if (stopping && !l->stop_by_ms)
-			l->stop_by_ms = mono_ms() + 2 * RPC_TIMEOUT_S * 1000;
+			l->stop_by_ms = monotime_ms() + 2 * RPC_TIMEOUT_S * 1000;
 		if (stopping && (!l->conn || (!l->wait_head && !l->unconf_head) ||
-				 mono_ms() >= l->stop_by_ms))
+				 monotime_ms() >= l->stop_by_ms))
 			break;
 		thread_wait(l);
 	}

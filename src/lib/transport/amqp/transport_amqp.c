@@ -16,6 +16,7 @@
  * delivery (and its prefetch slot) meanwhile so a broken database is not
  * hammered.
  */
+#include "monotime.h"
 #include "transport_amqp.h"
 
 #include <event2/event.h>
@@ -68,14 +69,6 @@ struct transport_amqp {
 	char node[80]; /* the node connected to, or last tried */
 	char scheme[8]; /* amqp or amqps */
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct dest_breaker *breaker_for(struct transport_amqp *a, const char *dest)
 {
@@ -155,7 +148,7 @@ static void amqp_send(struct transport *t, const struct transport_msg *msg,
 {
 	struct transport_amqp *a = (struct transport_amqp *)t;
 	struct dest_breaker *d;
-	int64_t now = now_ms();
+	int64_t now = monotime_ms();
 	struct mq_msg *m;
 
 	if (!known_dest(a, msg->dest)) {
@@ -204,7 +197,7 @@ static void confirmed(struct transport_amqp *a, struct mq_msg *m)
 	}
 	struct dest_breaker *d = breaker_for(a, m->dest);
 
-	breaker_report(&d->br, m->ok, now_ms());
+	breaker_report(&d->br, m->ok, monotime_ms());
 	show_state(d);
 	s->cb(s, &r);
 }
@@ -455,7 +448,7 @@ static const char *amqp_breaker(const struct transport *t, const char *dest)
 
 	for (int i = 0; i < a->ndests; i++)
 		if (strcmp(a->dests[i].name, dest) == 0)
-			return breaker_state_name(&a->dests[i].br, now_ms());
+			return breaker_state_name(&a->dests[i].br, monotime_ms());
 	return "closed";
 }
 
