@@ -31,6 +31,8 @@ static struct {
 static const struct httpd_route routes[] = {
 	{ "POST", "/orders", false, orders_post, "/orders" },
 	{ "GET", "/orders/", false, orders_get, "/orders/{id}" },
+	{ "POST", "/sagas/", false, sagas_post, "/sagas/{name}" },
+	{ "GET", "/sagas/", false, sagas_get, "/sagas/{id}" },
 	{ "POST", "/events/", true, saga_post_event, "/events/{type}" },
 	{ "GET", "/console", false, console_redirect, "/console", HTTPD_ADMIN_OPEN },
 	{ "GET", "/console/", false, console_get, "/console/{file}", HTTPD_ADMIN_OPEN },

@@ -348,7 +348,8 @@ static void loaded(void *arg, PGresult *res, const struct db_error *err)
 	while (w) {
 		struct waiter *next = w->next;
 
-		w->done(w->arg, rc);
+		if (w->done)
+			w->done(w->arg, rc);
 		free(w);
 		w = next;
 	}

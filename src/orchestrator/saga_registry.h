@@ -49,7 +49,8 @@ const char *saga_registry_json(const struct saga_def *d);
 /*
  * Reads the table again and adds the definitions that are new. done(arg)
  * follows once, never from inside this call, with 0 or -1 (the database
- * could not be read). Calls while a read is under way wait for it.
+ * could not be read); done may be NULL. Calls while a read is under way
+ * wait for it.
  */
 void saga_registry_reload(void (*done)(void *arg, int rc), void *arg);
 

@@ -8,7 +8,6 @@ Suite *backoff_suite(void);
 Suite *envcfg_suite(void);
 Suite *jsonx_suite(void);
 Suite *uuid_suite(void);
-Suite *fsm_suite(void);
 Suite *breaker_suite(void);
 Suite *httpd_suite(void);
 Suite *admin_auth_suite(void);
