@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "admin_api.h"
+#include "admin_definitions.h"
 #include "saga_engine.h"
 #include "service.h"
 #include "db.h"
@@ -472,6 +473,14 @@ static const struct httpd_route routes[] = {
 	{ "GET", "/admin/api/sagas/", false, get_saga, "/admin/api/sagas/{id}", HTTPD_ADMIN_AUTH },
 	{ "POST", "/admin/api/sagas/", false, post_saga, "/admin/api/sagas/{id}/cancel",
 	  HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/definitions", false, admin_definitions_list,
+	  "/admin/api/definitions", HTTPD_ADMIN_AUTH },
+	{ "POST", "/admin/api/definitions", false, admin_definitions_post,
+	  "/admin/api/definitions", HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/definitions/", false, admin_definition_get,
+	  "/admin/api/definitions/{name}/{version}", HTTPD_ADMIN_AUTH },
+	{ "POST", "/admin/api/definitions/", false, admin_definition_post,
+	  "/admin/api/definitions/{name}/migrate", HTTPD_ADMIN_AUTH },
 };
 
 const struct admin_spec admin_sagas_spec = {
