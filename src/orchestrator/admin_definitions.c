@@ -1,7 +1,6 @@
 /* admin_definitions: see admin_definitions.h. */
 #include "admin_definitions.h"
 
-#include <event2/http.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,13 +187,6 @@ static void bad_version(struct evhttp_request *req)
 	httpd_error(req, 400, "invalid_field", "version: must be an integer from 1 to 2147483647");
 }
 
-/* The two routes share the prefix: each answers the other's path with 405. */
-static void other_method(struct evhttp_request *req, const char *allow)
-{
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-	httpd_error(req, 405, "method_not_allowed", "only %s here", allow);
-}
-
 static const char one_sql[] =
 	"SELECT definition::text FROM saga_definitions WHERE name = $1 AND version = $2::int";
 
@@ -220,6 +212,7 @@ static void got_one(void *arg, PGresult *res, const struct db_error *err)
 	free(text);
 }
 
+/* The two routes share the prefix: each answers the other's path with 405. */
 void admin_definition_get(struct evhttp_request *req, void *svc, const char *tail)
 {
 	struct service *service = svc;
@@ -231,7 +224,7 @@ void admin_definition_get(struct evhttp_request *req, void *svc, const char *tai
 	if (!split_tail(req, tail, name, &rest, &name_ok))
 		return;
 	if (strcmp(rest, "migrate") == 0) {
-		other_method(req, "POST");
+		admin_method_not_allowed(req, "POST");
 		return;
 	}
 	if (!name_ok) {
@@ -259,7 +252,7 @@ void admin_definition_post(struct evhttp_request *req, void *svc, const char *ta
 		return;
 	if (strcmp(rest, "migrate") != 0) {
 		if (version_parse(rest, &v))
-			other_method(req, "GET, HEAD");
+			admin_method_not_allowed(req, "GET, HEAD");
 		else
 			httpd_error(req, 404, "not_found", "no such endpoint");
 		return;

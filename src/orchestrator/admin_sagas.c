@@ -274,11 +274,6 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
  * The two routes share the prefix /admin/api/sagas/, so httpd finds one for
  * either method and leaves the 405 of the other's path to them.
  */
-static void other_method(struct evhttp_request *req, const char *allow)
-{
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-	httpd_error(req, 405, "method_not_allowed", "only %s here", allow);
-}
 
 static bool cancel_path(const char *tail)
 {
@@ -292,7 +287,7 @@ static void get_saga(struct evhttp_request *req, void *svc, const char *tail)
 	struct detail *d;
 
 	if (cancel_path(tail)) {
-		other_method(req, "POST");
+		admin_method_not_allowed(req, "POST");
 		return;
 	}
 	if (!uuid_valid(tail)) {
@@ -425,7 +420,7 @@ static void post_saga(struct evhttp_request *req, void *svc, const char *tail)
 
 	if (!cancel_path(tail)) {
 		if (uuid_valid(tail))
-			other_method(req, "GET, HEAD");
+			admin_method_not_allowed(req, "GET, HEAD");
 		else
 			httpd_error(req, 404, "not_found", "no such endpoint");
 		return;
