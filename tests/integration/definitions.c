@@ -254,7 +254,9 @@ START_TEST(definitions_dir)
 	env_start(&env, SVC_ORCH, extra);
 	admin_req("GET", DEFS "/demo/1", NULL, &r);
 	expect_json(&r, 200, demo1);
-	ck_assert(WIFEXITED(env_stop(&env, SVC_ORCH, SIGTERM)));
+	int st = env_stop(&env, SVC_ORCH, SIGTERM);
+
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
 
 	write_file(dir, "invalid.json", DEF("bad", 1, "{}", ""));
 	snprintf(want, sizeof(want), "%s/invalid.json: steps: 1 to 16 steps", dir);
