@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "admin_api.h"
+#include "admin_definitions.h"
 #include "saga_engine.h"
 #include "saga_registry.h"
 #include "service.h"
@@ -288,11 +289,6 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
  * The two routes share the prefix /admin/api/sagas/, so httpd finds one for
  * either method and leaves the 405 of the other's path to them.
  */
-static void other_method(struct evhttp_request *req, const char *allow)
-{
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-	httpd_error(req, 405, "method_not_allowed", "only %s here", allow);
-}
 
 static bool cancel_path(const char *tail)
 {
@@ -306,7 +302,7 @@ static void get_saga(struct evhttp_request *req, void *svc, const char *tail)
 	struct detail *d;
 
 	if (cancel_path(tail)) {
-		other_method(req, "POST");
+		admin_method_not_allowed(req, "POST");
 		return;
 	}
 	if (!uuid_valid(tail)) {
@@ -452,7 +448,7 @@ static void post_saga(struct evhttp_request *req, void *svc, const char *tail)
 
 	if (!cancel_path(tail)) {
 		if (uuid_valid(tail))
-			other_method(req, "GET, HEAD");
+			admin_method_not_allowed(req, "GET, HEAD");
 		else
 			httpd_error(req, 404, "not_found", "no such endpoint");
 		return;
@@ -500,6 +496,14 @@ static const struct httpd_route routes[] = {
 	{ "GET", "/admin/api/sagas/", false, get_saga, "/admin/api/sagas/{id}", HTTPD_ADMIN_AUTH },
 	{ "POST", "/admin/api/sagas/", false, post_saga, "/admin/api/sagas/{id}/cancel",
 	  HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/definitions", false, admin_definitions_list,
+	  "/admin/api/definitions", HTTPD_ADMIN_AUTH },
+	{ "POST", "/admin/api/definitions", false, admin_definitions_post,
+	  "/admin/api/definitions", HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/definitions/", false, admin_definition_get,
+	  "/admin/api/definitions/{name}/{version}", HTTPD_ADMIN_AUTH },
+	{ "POST", "/admin/api/definitions/", false, admin_definition_post,
+	  "/admin/api/definitions/{name}/migrate", HTTPD_ADMIN_AUTH },
 };
 
 const struct admin_spec admin_sagas_spec = {
