@@ -20,6 +20,7 @@ Suite *traceparent_suite(void);
 Suite *saga_def_suite(void);
 Suite *saga_machine_suite(void);
 Suite *admission_suite(void);
+Suite *steps_suite(void);
 
 /* The text of src/orchestrator/definitions/<file> (malloc'd), for the saga suites. */
 char *saga_test_definition(const char *file);
