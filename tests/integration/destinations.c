@@ -337,6 +337,14 @@ START_TEST(destination_names)
 	ck_assert_uint_eq(svc.nadded, 0);
 	/* 63 characters is a name */
 	ck_assert_int_eq(service_destination_add(&svc, bad[5] + 1, err, sizeof(err)), 0);
+	/* a URL that does not parse: said, and its messages are dead letters */
+	setenv("BAD_URL", "ftp://127.0.0.1:1", 1);
+	if (harness_amqp()) {
+		ck_assert_int_eq(service_destination_add(&svc, "bad", err, sizeof(err)), 0);
+	} else {
+		ck_assert_int_eq(service_destination_add(&svc, "bad", err, sizeof(err)), -1);
+		ck_assert_msg(strncmp(err, "BAD_URL: ", 9) == 0, "%s", err);
+	}
 	ck_assert(service_destination_variable("cold-storage_2", var, sizeof(var)));
 	ck_assert_str_eq(var, "COLD_STORAGE_2_URL");
 	ck_assert(!service_destination_variable("shipping", var, 12));

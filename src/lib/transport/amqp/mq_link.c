@@ -35,7 +35,7 @@
  * a nack.
  */
 #define NACKS_MAX 3
-#define NACK_DESTS 8
+#define NACK_DESTS 64 /* destinations counted apart; the last slot is shared */
 
 struct settle {
 	uint64_t generation, tag;
