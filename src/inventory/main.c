@@ -12,8 +12,8 @@
 
 static struct service service;
 
-static const char *reserve_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
-				  char buf[COMMAND_MAX_EXTRA][32])
+static const char *reserve_fields(const struct command_type *type, struct json_object *obj,
+				  const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32])
 {
 	int64_t qty;
 
@@ -26,8 +26,8 @@ static const char *reserve_fields(struct json_object *obj, const char *extra[COM
 	return NULL;
 }
 
-static const char *no_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
-			     char buf[COMMAND_MAX_EXTRA][32])
+static const char *no_fields(const struct command_type *type, struct json_object *obj,
+			     const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32])
 {
 	return NULL;
 }

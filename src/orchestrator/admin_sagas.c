@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "admin_api.h"
+#include "admin_definitions.h"
 #include "saga_engine.h"
+#include "saga_registry.h"
 #include "service.h"
 #include "db.h"
 #include "httpd.h"
@@ -45,6 +47,20 @@ static bool rfc3339ish(const char *s)
 	return true;
 }
 
+/* A state of some definition: Pending<Step>, Completed, Failed, Compensating, Compensated. */
+static bool state_name_valid(const char *s)
+{
+	static const char *const fixed[] = { "Completed", "Failed", "Compensating", "Compensated" };
+	size_t n = strlen(s);
+
+	for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+		if (strcmp(s, fixed[i]) == 0)
+			return true;
+	return n > 7 && n <= 7 + SAGA_DEF_WORD_MAX && strncmp(s, "Pending", 7) == 0 &&
+	       strspn(s + 7, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") ==
+		       n - 7;
+}
+
 /* "{A,B}" from "A,B" when every one is a state name; else false. */
 static bool states_param(const char *v, char *out, size_t outlen)
 {
@@ -57,7 +73,7 @@ static bool states_param(const char *v, char *out, size_t outlen)
 	strcpy(copy, v);
 	snprintf(out, outlen, "{");
 	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (saga_state_parse(tok) < 0)
+		if (!state_name_valid(tok))
 			return false;
 		snprintf(out + strlen(out), outlen - strlen(out), "%s%s", n++ ? "," : "", tok);
 	}
@@ -273,11 +289,6 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
  * The two routes share the prefix /admin/api/sagas/, so httpd finds one for
  * either method and leaves the 405 of the other's path to them.
  */
-static void other_method(struct evhttp_request *req, const char *allow)
-{
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
-	httpd_error(req, 405, "method_not_allowed", "only %s here", allow);
-}
 
 static bool cancel_path(const char *tail)
 {
@@ -291,7 +302,7 @@ static void get_saga(struct evhttp_request *req, void *svc, const char *tail)
 	struct detail *d;
 
 	if (cancel_path(tail)) {
-		other_method(req, "POST");
+		admin_method_not_allowed(req, "POST");
 		return;
 	}
 	if (!uuid_valid(tail)) {
@@ -313,7 +324,8 @@ static void get_saga(struct evhttp_request *req, void *svc, const char *tail)
 /* --- POST /admin/api/sagas/{id}/cancel ---------------------------------- */
 
 static const char state_sql[] =
-	"SELECT state, compensation FROM saga_instances WHERE saga_id = $1";
+	"SELECT state, compensation, definition_name, definition_version"
+	"  FROM saga_instances WHERE saga_id = $1";
 
 struct cancel {
 	struct service *service;
@@ -321,6 +333,7 @@ struct cancel {
 	char id[UUID_STR_LEN];
 	char *reason;
 	int tries;
+	bool reloaded; /* the registry was read again for it */
 };
 
 static void cancel_free(struct cancel *c)
@@ -340,6 +353,7 @@ static void cancel_reply(struct cancel *c, const char *state, bool cancelled)
 }
 
 static void cancel_read(struct cancel *c);
+static void cancel_reloaded(void *arg, int rc);
 
 static void cancel_applied(void *arg, enum saga_outcome o, const struct db_error *err)
 {
@@ -371,9 +385,10 @@ static void cancel_applied(void *arg, enum saga_outcome o, const struct db_error
 static void cancel_state(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct cancel *c = arg;
-	struct saga_step step;
+	const struct saga_def *d;
+	struct saga_pos pos;
+	struct saga_move move;
 	const char *why = NULL;
-	int st, undo;
 
 	if (err->status != DB_OK) {
 		reply_db_error(c->req, err, "cancel");
@@ -385,16 +400,20 @@ static void cancel_state(void *arg, PGresult *res, const struct db_error *err)
 		cancel_free(c);
 		return;
 	}
-	st = saga_state_parse(PQgetvalue(res, 0, 0));
-	undo = saga_undo_parse(db_val(res, 0, 1));
-	if (st < 0 || undo < 0) {
-		httpd_error(c->req, 500, "internal", "unknown saga state");
+	d = saga_registry_get(PQgetvalue(res, 0, 2), atoi(PQgetvalue(res, 0, 3)));
+	if (!d || saga_machine_pos(d, PQgetvalue(res, 0, 0), db_val(res, 0, 1), &pos) != 0) {
+		if (!d && !c->reloaded) {
+			/* registered through another orchestrator: read them again */
+			c->reloaded = true;
+			saga_registry_reload(cancel_reloaded, c);
+			return;
+		}
+		httpd_error(c->req, 503, "unavailable", "the saga's definition is not loaded here");
 		cancel_free(c);
 		return;
 	}
-	if (saga_next((enum saga_state)st, (enum saga_undo)undo, SAGA_CANCELLED, &step, &why)) {
-		saga_transition_apply(c->id, (enum saga_state)st, (enum saga_undo)undo, SAGA_CANCELLED,
-				      c->reason, cancel_applied, c);
+	if (saga_machine_next(d, pos, SAGA_ON_CANCEL, NULL, &move, &why)) {
+		saga_transition_apply(c->id, d, pos, SAGA_ON_CANCEL, c->reason, cancel_applied, c);
 		return;
 	}
 	if (strcmp(why, "saga_compensating") == 0) {
@@ -405,6 +424,11 @@ static void cancel_state(void *arg, PGresult *res, const struct db_error *err)
 	httpd_error(c->req, 409, "saga_finished", "the saga is %s: nothing to cancel",
 		    PQgetvalue(res, 0, 0));
 	cancel_free(c);
+}
+
+static void cancel_reloaded(void *arg, int rc)
+{
+	cancel_read(arg);
 }
 
 static void cancel_read(struct cancel *c)
@@ -424,7 +448,7 @@ static void post_saga(struct evhttp_request *req, void *svc, const char *tail)
 
 	if (!cancel_path(tail)) {
 		if (uuid_valid(tail))
-			other_method(req, "GET, HEAD");
+			admin_method_not_allowed(req, "GET, HEAD");
 		else
 			httpd_error(req, 404, "not_found", "no such endpoint");
 		return;
@@ -472,6 +496,14 @@ static const struct httpd_route routes[] = {
 	{ "GET", "/admin/api/sagas/", false, get_saga, "/admin/api/sagas/{id}", HTTPD_ADMIN_AUTH },
 	{ "POST", "/admin/api/sagas/", false, post_saga, "/admin/api/sagas/{id}/cancel",
 	  HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/definitions", false, admin_definitions_list,
+	  "/admin/api/definitions", HTTPD_ADMIN_AUTH },
+	{ "POST", "/admin/api/definitions", false, admin_definitions_post,
+	  "/admin/api/definitions", HTTPD_ADMIN_AUTH },
+	{ "GET", "/admin/api/definitions/", false, admin_definition_get,
+	  "/admin/api/definitions/{name}/{version}", HTTPD_ADMIN_AUTH },
+	{ "POST", "/admin/api/definitions/", false, admin_definition_post,
+	  "/admin/api/definitions/{name}/migrate", HTTPD_ADMIN_AUTH },
 };
 
 const struct admin_spec admin_sagas_spec = {

@@ -14,20 +14,9 @@
 #ifndef PGSAGA_CONSOLE_H
 #define PGSAGA_CONSOLE_H
 
-#include <stddef.h>
+#include "embedded.h"
 
 struct evhttp_request;
-
-/* One embedded file, as written by sql/embed.py --files. */
-struct embedded_file {
-	const char *name; /* base name: "index.html" */
-	const char *data; /* len bytes, NUL after them */
-	size_t len;
-	const char *etag; /* quoted entity tag, e.g. "\"0123456789abcdef\"" */
-};
-
-extern const struct embedded_file console_files[];
-extern const size_t console_files_count;
 
 /*
  * Route handlers. GET /console answers 301 to

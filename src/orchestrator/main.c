@@ -14,7 +14,9 @@
 #include "admin_sagas.h"
 #include "console.h"
 #include "orders.h"
+#include "log.h"
 #include "saga_engine.h"
+#include "saga_registry.h"
 #include "service.h"
 
 static struct {
@@ -22,12 +24,15 @@ static struct {
 	int64_t step_timeout_ms;
 	int64_t idempotency_ttl_s;
 	int64_t max_inflight;
+	const char *definitions_dir;
 	struct admission admission;
 } O;
 
 static const struct httpd_route routes[] = {
 	{ "POST", "/orders", false, orders_post, "/orders" },
 	{ "GET", "/orders/", false, orders_get, "/orders/{id}" },
+	{ "POST", "/sagas/", false, sagas_post, "/sagas/{name}" },
+	{ "GET", "/sagas/", false, sagas_get, "/sagas/{id}" },
 	{ "POST", "/events/", true, saga_post_event, "/events/{type}" },
 	{ "GET", "/console", false, console_redirect, "/console", HTTPD_ADMIN_OPEN },
 	{ "GET", "/console/", false, console_get, "/console/{file}", HTTPD_ADMIN_OPEN },
@@ -40,6 +45,8 @@ static const struct envcfg_var vars[] = {
 	  "how long an Idempotency-Key is remembered" },
 	{ "ADMISSION_MAX_INFLIGHT", ENVCFG_INT, &O.max_inflight, "-1", -1, 100000000,
 	  "refuse a start (429) while this many sagas are in flight; 0: never; -1: follow what the deployment finishes" },
+	{ "SAGA_DEFINITIONS_DIR", ENVCFG_STRING, &O.definitions_dir, "", 0, 0,
+	  "a directory whose *.json saga definitions are registered at start; unset: none (the order saga is always registered)" },
 };
 
 static const struct service_peer_spec peers[] = {
@@ -68,6 +75,7 @@ int main(int argc, char **argv)
 {
 	struct service_spec s = spec;
 	bool done;
+	char err[1024];
 	int rc;
 
 	s.nmigrations = migrations_orchestrator_count;
@@ -76,12 +84,18 @@ int main(int argc, char **argv)
 		service_free(&O.service);
 		return rc;
 	}
+	if (saga_registry_open(&O.service, O.definitions_dir, err, sizeof(err)) != 0) {
+		log_error("%s", err);
+		service_free(&O.service);
+		return 1;
+	}
 	admission_init(&O.admission, O.max_inflight, O.step_timeout_ms, monotime_ms());
 	saga_engine_open(&O.service, &O.admission, O.step_timeout_ms);
 	orders_open(&O.service, &O.admission, O.step_timeout_ms, O.idempotency_ttl_s);
 	rc = service_run(&O.service);
 	orders_close();
 	saga_engine_close();
+	saga_registry_close();
 	service_free(&O.service);
 	return rc;
 }

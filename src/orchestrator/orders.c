@@ -5,6 +5,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "metrics.h"
 #include "outbox.h"
 #include "saga_engine.h"
+#include "saga_registry.h"
 #include "service.h"
 #include "traceparent.h"
 #include "uuid.h"
@@ -42,17 +44,19 @@ static struct {
 /* The mark moves this often: the count reads the sagas created since it. */
 #define MARK_EVERY_MS 5000
 
-/* --- POST /orders ----------------------------------------------------- */
+/* --- POST /orders, POST /sagas/{name} ------------------------------------ */
 
 /*
  * One statement, one transaction: the idempotency record, the saga, its
- * first history row and its PayCommand. ON CONFLICT DO UPDATE (not DO
- * NOTHING) so that a concurrent request with the same key waits for the
+ * first history row and its first command (the body built by
+ * saga_command_payload, sql/orchestrator/007). ON CONFLICT DO UPDATE (not
+ * DO NOTHING) so that a concurrent request with the same key waits for the
  * first to commit and then gets its row back: DO NOTHING would return
  * nothing, and a second SELECT in the same statement could not see a row
  * committed after the statement's snapshot. The update changes the row only
  * when it has expired, so the key then starts a new saga. The request is
- * new exactly when the record ends up holding this request's saga id.
+ * new exactly when the record ends up holding this request's saga id. A
+ * replay reads the definition of the saga it started (for /sagas' answer).
  */
 static const char create_sql[] =
 	"WITH rec AS ("
@@ -72,30 +76,40 @@ static const char create_sql[] =
 	"  RETURNING saga_id, request_hash, status, response),"
 	" s AS ("
 	"  INSERT INTO saga_instances (saga_id, state, version, customer_id, item_id, qty, amount,"
-	"                              deadline_at, trace_id)"
-	"  SELECT $3, 'PendingPayment', 1, $6, $7, $8::int, $9::bigint,"
-	"         now() + $10::bigint * interval '1 millisecond', $11"
+	"                              deadline_at, trace_id, definition_name, definition_version,"
+	"                              input)"
+	"  SELECT $3, $15, 1, $6, $7, $8::int, $9::bigint,"
+	"         now() + $10::bigint * interval '1 millisecond', $11, $19, $20::int, $21::jsonb"
 	"    FROM rec WHERE rec.saga_id = $3::uuid"
 	"  RETURNING saga_id),"
 	" h AS ("
 	"  INSERT INTO saga_history (saga_id, version, from_state, to_state, cause)"
-	"  SELECT saga_id, 1, NULL, 'PendingPayment', 'OrderPlaced' FROM s),"
+	"  SELECT saga_id, 1, NULL, $15, $16 FROM s),"
 	" o AS ("
 	"  INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,"
 	"                               next_attempt_at)"
-	"  SELECT $12, 'command', 'payment', 'PayCommand', $13::jsonb, $11,"
-	"         now() + $14::int * interval '1 millisecond' FROM s)"
+	"  SELECT $12, 'command', $17, $18,"
+	"         (saga_command_payload($12, $3, $13::jsonb, $22::jsonb, NULL)).payload, $11,"
+	"         now() + $14::int * interval '1 millisecond' FROM s"
+	"  RETURNING payload::text)"
 	"SELECT rec.saga_id = $3::uuid,"
 	"       rec.request_hash = encode(sha256(convert_to($2, 'UTF8')), 'hex'),"
-	"       rec.status, rec.response->>'state', rec.saga_id"
+	"       rec.status, rec.response->>'state', rec.saga_id, (SELECT payload FROM o),"
+	"       CASE WHEN rec.saga_id <> $3::uuid THEN"
+	"         (SELECT definition_name || '/' || definition_version FROM saga_instances"
+	"           WHERE saga_id = rec.saga_id) END"
 	"  FROM rec";
+
+/* Where a start came: POST /orders or POST /sagas/{name}. */
+enum start_route { ROUTE_ORDERS, ROUTE_SAGAS };
 
 struct order_ctx {
 	struct evhttp_request *req;
+	enum start_route route;
+	const struct saga_def *def;
 	char saga_id[UUID_STR_LEN];
 	char cmd_id[UUID_STR_LEN];
-	char response[160];
-	char payload[320];
+	char response[SAGA_DEF_NAME_MAX + 192];
 	char trace[TRACE_ID_LEN];
 	bool admitted; /* holds a reservation (admission_try) */
 };
@@ -108,28 +122,46 @@ static void trace_id_of(struct evhttp_request *req, char out[TRACE_ID_LEN])
 }
 
 /*
- * The answer to POST /orders, first time and replayed alike: the replay is
- * the first answer byte for byte but for "duplicated" (ids are UUIDs and
- * states are names: nothing to escape).
+ * The answer to a start, first time and replayed alike: the replay is the
+ * first answer byte for byte but for "duplicated" (ids are UUIDs, states and
+ * definition names are words: nothing to escape). POST /sagas/{name} adds
+ * the definition; def is "name/version", or NULL for /orders.
  */
-static void order_answer(char *buf, size_t len, const char *saga_id, const char *state,
-			 bool duplicated)
+static void start_answer(char *buf, size_t len, const char *saga_id, const char *state,
+			 const char *def, bool duplicated)
 {
-	snprintf(buf, len, "{\"sagaId\":\"%s\",\"state\":\"%s\",\"duplicated\":%s}", saga_id,
-		 state, duplicated ? "true" : "false");
+	const char *slash = def ? strrchr(def, '/') : NULL;
+
+	if (!slash)
+		snprintf(buf, len, "{\"sagaId\":\"%s\",\"state\":\"%s\",\"duplicated\":%s}",
+			 saga_id, state, duplicated ? "true" : "false");
+	else
+		snprintf(buf, len,
+			 "{\"sagaId\":\"%s\",\"state\":\"%s\",\"duplicated\":%s,"
+			 "\"definition\":{\"name\":\"%.*s\",\"version\":%s}}",
+			 saga_id, state, duplicated ? "true" : "false", (int)(slash - def), def,
+			 slash + 1);
+}
+
+static void set_location(struct evhttp_request *req, enum start_route route, const char *saga_id)
+{
+	char location[64];
+
+	snprintf(location, sizeof(location), "%s/%s", route == ROUTE_ORDERS ? "/orders" : "/sagas",
+		 saga_id);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Location", location);
 }
 
 /* The first answer to an accepted key again, marked as a replay. */
-static void reply_replayed(struct evhttp_request *req, const char *saga_id, const char *state,
-			   int status)
+static void reply_replayed(struct evhttp_request *req, enum start_route route, const char *saga_id,
+			   const char *state, const char *def, int status)
 {
-	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-	char body[160], location[64];
+	char body[SAGA_DEF_NAME_MAX + 192];
 
-	snprintf(location, sizeof(location), "/orders/%s", saga_id);
-	evhttp_add_header(out, "Location", location);
-	order_answer(body, sizeof(body), saga_id, state, true);
-	evhttp_add_header(out, "Idempotent-Replayed", "true");
+	set_location(req, route, saga_id);
+	start_answer(body, sizeof(body), saga_id, state,
+		     route == ROUTE_SAGAS ? (def ? def : "order/1") : NULL, true);
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Idempotent-Replayed", "true");
 	httpd_reply(req, status, body);
 }
 
@@ -137,8 +169,6 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct order_ctx *c = arg;
 	struct evhttp_request *req = c->req;
-	struct evkeyvalq *out = evhttp_request_get_output_headers(req);
-	char location[64];
 
 	if (c->admitted)
 		admission_settle(R.adm, err->status == DB_OK && PQntuples(res) == 1 &&
@@ -147,7 +177,7 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 		if (err->status == DB_OK)
 			httpd_error(req, 500, "internal", "no idempotency record");
 		else
-			reply_db_error(req, err, "POST /orders");
+			reply_db_error(req, err, "start");
 		free(c);
 		return;
 	}
@@ -161,20 +191,23 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 		return;
 	}
 	if (fresh) {
-		snprintf(location, sizeof(location), "/orders/%s", PQgetvalue(res, 0, 4));
-		evhttp_add_header(out, "Location", location);
+		struct saga_move first = saga_machine_start(c->def);
 		struct log_ctx lc = { .saga_id = c->saga_id, .trace_id = c->trace };
+		char labels[128];
 
+		set_location(req, c->route, PQgetvalue(res, 0, 4));
 		metrics_inc(R.started, "", 1);
-		metrics_inc(saga_transitions_metric(), "from=\"\",to=\"PendingPayment\"", 1);
-		LOG_AT(LOG_INFO, &lc, "order accepted");
-		/* the PayCommand row was written claimed: send it now */
-		outbox_send(R.service->outbox, c->cmd_id, "command", "payment", "PayCommand", c->payload,
-			    c->trace);
+		snprintf(labels, sizeof(labels), "from=\"\",to=\"%s\"", first.to_state);
+		metrics_inc(saga_transitions_metric(), labels, 1);
+		LOG_AT(LOG_INFO, &lc, "%s saga accepted (version %d)", c->def->name,
+		       (int)c->def->version);
+		/* the first command's row was written claimed: send it now */
+		outbox_send(R.service->outbox, c->cmd_id, "command", first.participant, first.message,
+			    PQgetvalue(res, 0, 5), c->trace);
 		httpd_reply(req, 201, c->response);
 	} else {
-		reply_replayed(req, PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 3),
-			       atoi(PQgetvalue(res, 0, 2)));
+		reply_replayed(req, c->route, PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 3),
+			       db_val(res, 0, 6), atoi(PQgetvalue(res, 0, 2)));
 	}
 	free(c);
 }
@@ -194,13 +227,16 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 
 static const char refused_sql[] =
 	"SELECT e.i, r.request_hash = encode(sha256(convert_to(e.v->>1, 'UTF8')), 'hex'),"
-	"       r.status, r.response->>'state', r.saga_id"
+	"       r.status, r.response->>'state', r.saga_id,"
+	"       (SELECT definition_name || '/' || definition_version FROM saga_instances s"
+	"         WHERE s.saga_id = r.saga_id)"
 	"  FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(v, i)"
 	"  JOIN idempotency_records r ON r.key = e.v->>0 AND r.expires_at > now()";
 
 struct refused_batch {
 	int n;
 	struct evhttp_request *req[REFUSED_BATCH];
+	enum start_route route[REFUSED_BATCH];
 };
 
 static void refused_done(void *arg, PGresult *res, const struct db_error *err)
@@ -211,7 +247,7 @@ static void refused_done(void *arg, PGresult *res, const struct db_error *err)
 
 	if (err->status != DB_OK) {
 		for (int i = 0; i < b->n; i++)
-			reply_db_error(b->req[i], err, "POST /orders");
+			reply_db_error(b->req[i], err, "start");
 		free(b);
 		return;
 	}
@@ -225,7 +261,8 @@ static void refused_done(void *arg, PGresult *res, const struct db_error *err)
 			httpd_error(b->req[i], 422, "idempotency_key_reused",
 				    "this Idempotency-Key was used with a different body");
 		else
-			reply_replayed(b->req[i], PQgetvalue(res, row, 4), PQgetvalue(res, row, 3),
+			reply_replayed(b->req[i], b->route[i], PQgetvalue(res, row, 4),
+				       PQgetvalue(res, row, 3), db_val(res, row, 5),
 				       atoi(PQgetvalue(res, row, 2)));
 	}
 	snprintf(retry, sizeof(retry), "%d", admission_retry_after_s(R.adm));
@@ -259,7 +296,8 @@ static void refused_flush(evutil_socket_t fd, short what, void *arg)
 	evbuffer_drain(R.refused_keys, len);
 }
 
-static void refuse(struct evhttp_request *req, const char *key, const char *canon)
+static void refuse(struct evhttp_request *req, enum start_route route, const char *key,
+		   const char *canon)
 {
 	struct refused_batch *b = R.refused_wait;
 
@@ -281,92 +319,257 @@ static void refuse(struct evhttp_request *req, const char *key, const char *cano
 	evbuffer_add(R.refused_keys, ",", 1);
 	jsonx_buf_str(R.refused_keys, canon);
 	evbuffer_add(R.refused_keys, "]", 1);
+	b->route[b->n] = route;
 	b->req[b->n++] = req;
 	if (b->n == REFUSED_BATCH)
 		refused_flush(-1, 0, NULL);
 }
 
-void orders_post(struct evhttp_request *req, void *svc, const char *tail)
+/* The Idempotency-Key header, checked; false when answered (400). */
+static bool start_key(struct evhttp_request *req, char key[256])
 {
 	const char *kh = httpd_header(req, "Idempotency-Key");
-	char key[256], err[128], qty_s[24], amount_s[24], ttl_s[24], step_s[24];
-	const char *customer, *item, *bad = NULL;
-	int64_t qty, amount;
-	struct json_object *obj;
-	size_t len;
-	const char *body;
-	char *canon;
-	struct order_ctx *c;
 
 	if (!kh) {
 		httpd_error(req, 400, "idempotency_key_missing", "the Idempotency-Key header is required");
-		return;
+		return false;
 	}
 	/* two lines mean "k1, k2" in HTTP: not a key the client meant, even if equal */
 	if (httpd_header_count(req, "Idempotency-Key") > 1 ||
-	    !httpd_idempotency_key(kh, key, sizeof(key))) {
+	    !httpd_idempotency_key(kh, key, 256)) {
 		httpd_error(req, 400, "idempotency_key_invalid",
 			    "Idempotency-Key must be one header of 1-255 visible ASCII characters");
-		return;
+		return false;
 	}
-	body = httpd_body(req, &len);
-	obj = jsonx_parse(body, len, err, sizeof(err));
-	if (!obj) {
-		httpd_error(req, 400, "invalid_json", "%s", err);
-		return;
+	return true;
+}
+
+/*
+ * The order saga's input lives in its columns (customer_id, item_id, qty,
+ * amount) when the definition declares no other field; else in `input`.
+ */
+static bool input_in_columns(const struct saga_def *d)
+{
+	static const char *const cols[] = { "customerId", "itemId", "qty", "amount" };
+
+	if (strcmp(d->name, SAGA_ORDER) != 0)
+		return false;
+	for (size_t i = 0; i < d->n_input; i++) {
+		bool col = false;
+
+		for (size_t k = 0; k < sizeof(cols) / sizeof(cols[0]); k++)
+			col |= strcmp(d->input[i].name, cols[k]) == 0;
+		if (!col)
+			return false;
 	}
-	if (!json_object_is_type(obj, json_type_object))
-		bad = "body";
-	else if (jsonx_get_id(obj, "customerId", &customer) != 0)
-		bad = "customerId";
-	else if (jsonx_get_id(obj, "itemId", &item) != 0)
-		bad = "itemId";
-	else if (jsonx_get_int(obj, "qty", 1, 1000, &qty) != 0)
-		bad = "qty";
-	else if (jsonx_get_int(obj, "amount", 1, 1000000000000LL, &amount) != 0)
-		bad = "amount";
-	if (bad) {
-		json_object_put(obj);
-		if (strcmp(bad, "body") == 0)
-			httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
-		else
-			httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
-		return;
-	}
-	canon = jsonx_canonical(obj);
+	return true;
+}
+
+/* The declared fields of obj (valid: saga_input_check passed), canonical. */
+static char *declared_input(const struct saga_def *d, struct json_object *obj)
+{
+	struct json_object *in = json_object_new_object(), *v;
+	char *text;
+
+	for (size_t i = 0; i < d->n_input; i++)
+		if (json_object_object_get_ex(obj, d->input[i].name, &v) &&
+		    json_object_object_add(in, d->input[i].name, json_object_get(v)))
+			abort();
+	text = jsonx_canonical(in);
+	if (!text)
+		abort();
+	json_object_put(in);
+	return text;
+}
+
+/* A field of the order saga's input as its column takes it, or NULL (another definition). */
+static const char *order_field(struct json_object *obj, bool columns, const char *key,
+			       char buf[24])
+{
+	const char *id;
+	int64_t n;
+
+	if (!columns)
+		return NULL;
+	if (jsonx_get_id(obj, key, &id) == 0)
+		return id;
+	if (jsonx_get_int(obj, key, INT64_MIN, INT64_MAX, &n) != 0)
+		return NULL;
+	snprintf(buf, 24, "%lld", (long long)n);
+	return buf;
+}
+
+/*
+ * Starts a saga of d with the input obj (valid): the one path of both
+ * routes. The request hash covers the definition's name but for the order
+ * saga, so that a key is one key across definitions, and POST /orders and
+ * POST /sagas/order with the same key and body are the same request.
+ */
+static void start(struct evhttp_request *req, enum start_route route, const struct saga_def *d,
+		  const char *key, struct json_object *obj)
+{
+	char ttl_s[24], step_s[24], version_s[16], def_s[SAGA_DEF_NAME_MAX + 16];
+	char customer_s[24], item_s[24], qty_s[24], amount_s[24]; /* numbers only */
+	char *canon = jsonx_canonical(obj), *hashed, *input, *fields;
+	bool columns = input_in_columns(d);
+	struct saga_move first = saga_machine_start(d);
+	struct order_ctx *c;
+
 	if (!canon)
 		abort();
+	if (strcmp(d->name, SAGA_ORDER) == 0) {
+		hashed = canon;
+	} else {
+		size_t n = strlen(d->name) + strlen(canon) + 2;
+
+		hashed = malloc(n);
+		if (!hashed)
+			abort();
+		snprintf(hashed, n, "%s\n%s", d->name, canon);
+	}
 	if (!admission_try(R.adm, monotime_ms())) {
-		refuse(req, key, canon);
+		refuse(req, route, key, hashed);
+		if (hashed != canon)
+			free(hashed);
 		free(canon);
-		json_object_put(obj);
 		return;
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		abort();
 	c->req = req;
+	c->route = route;
+	c->def = d;
 	c->admitted = true;
 	uuid_new_v7(c->saga_id);
 	uuid_new_v7(c->cmd_id);
 	trace_id_of(req, c->trace);
-	order_answer(c->response, sizeof(c->response), c->saga_id, "PendingPayment", false);
-	/* ids match [A-Za-z0-9_-]{1,64}: nothing to escape */
-	snprintf(c->payload, sizeof(c->payload),
-		 "{\"commandId\":\"%s\",\"sagaId\":\"%s\",\"customerId\":\"%s\",\"amount\":%lld}",
-		 c->cmd_id, c->saga_id, customer, (long long)amount);
-	snprintf(qty_s, sizeof(qty_s), "%lld", (long long)qty);
-	snprintf(amount_s, sizeof(amount_s), "%lld", (long long)amount);
+	snprintf(def_s, sizeof(def_s), "%s/%d", d->name, (int)d->version);
+	start_answer(c->response, sizeof(c->response), c->saga_id, first.to_state,
+		     route == ROUTE_SAGAS ? def_s : NULL, false);
+	input = declared_input(d, obj);
+	fields = saga_fields_json(d, 0);
 	snprintf(ttl_s, sizeof(ttl_s), "%lld", (long long)R.idempotency_ttl_s);
-	snprintf(step_s, sizeof(step_s), "%lld", (long long)R.step_timeout_ms);
-	const char *params[14] = { key,	  canon,     c->saga_id, c->response, ttl_s,
-				   customer, item,	     qty_s,	 amount_s,    step_s,
-				   c->trace, c->cmd_id, c->payload, outbox_lease_ms(R.service->outbox) };
+	snprintf(step_s, sizeof(step_s), "%lld", (long long)saga_step_deadline_ms(d, 0));
+	snprintf(version_s, sizeof(version_s), "%d", (int)d->version);
+	const char *params[22] = {
+		key, hashed, c->saga_id, c->response, ttl_s,
+		order_field(obj, columns, "customerId", customer_s),
+		order_field(obj, columns, "itemId", item_s), order_field(obj, columns, "qty", qty_s),
+		order_field(obj, columns, "amount", amount_s), step_s,
+		c->trace, c->cmd_id, fields, outbox_lease_ms(R.service->outbox),
+		first.to_state, first.cause, first.participant, first.message,
+		d->name, version_s, columns ? NULL : input, input,
+	};
 	/* commits with the creates and transitions that wait beside it, behind the
 	 * work of the sagas already accepted (db.h) */
-	db_query_grouped_low(R.service->pool, c->saga_id, create_sql, 14, params, order_done, c);
+	db_query_grouped_low(R.service->pool, c->saga_id, create_sql, 22, params, order_done, c);
+	if (hashed != canon)
+		free(hashed);
 	free(canon);
+	free(input);
+	free(fields);
+}
+
+/* The body, parsed: a JSON object, or NULL when answered (400). */
+static struct json_object *start_body(struct evhttp_request *req)
+{
+	size_t len;
+	const char *body = httpd_body(req, &len);
+	char err[128];
+	struct json_object *obj = jsonx_parse(body, len, err, sizeof(err));
+
+	if (!obj) {
+		httpd_error(req, 400, "invalid_json", "%s", err);
+		return NULL;
+	}
+	if (!json_object_is_type(obj, json_type_object)) {
+		json_object_put(obj);
+		httpd_error(req, 400, "invalid_json", "the body must be a JSON object");
+		return NULL;
+	}
+	return obj;
+}
+
+/* Starts a saga of d for req once its body is valid input (else answers 400). */
+static void start_checked(struct evhttp_request *req, enum start_route route,
+			  const struct saga_def *d, const char *key)
+{
+	struct json_object *obj = start_body(req);
+	const char *bad;
+
+	if (!obj)
+		return;
+	if (saga_input_check(d, obj, &bad) != 0)
+		httpd_error(req, 400, "invalid_field", "%s is missing or invalid", bad);
+	else
+		start(req, route, d, key, obj);
 	json_object_put(obj);
+}
+
+void orders_post(struct evhttp_request *req, void *svc, const char *tail)
+{
+	char key[256];
+
+	if (start_key(req, key))
+		start_checked(req, ROUTE_ORDERS, saga_registry_latest(SAGA_ORDER), key);
+}
+
+/* POST /sagas/{name} once the registry was read again for a name not loaded. */
+struct held_start {
+	struct evhttp_request *req;
+	char key[256];
+	char name[SAGA_DEF_NAME_MAX + 1];
+};
+
+static void sagas_reloaded(void *arg, int rc)
+{
+	struct held_start *h = arg;
+	const struct saga_def *d = saga_registry_latest(h->name);
+
+	if (d)
+		start_checked(h->req, ROUTE_SAGAS, d, h->key);
+	else if (rc != 0)
+		httpd_error(h->req, 503, "unavailable", "the saga definitions could not be read");
+	else
+		httpd_error(h->req, 404, "unknown_saga", "no saga definition is named %s", h->name);
+	free(h);
+}
+
+static bool name_valid(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > SAGA_DEF_NAME_MAX || s[0] < 'a' || s[0] > 'z')
+		return false;
+	return strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
+}
+
+void sagas_post(struct evhttp_request *req, void *svc, const char *tail)
+{
+	const struct saga_def *d;
+	struct held_start *h;
+	char key[256];
+
+	if (!name_valid(tail)) {
+		httpd_error(req, 404, "unknown_saga", "no saga definition has this name");
+		return;
+	}
+	if (!start_key(req, key))
+		return;
+	d = saga_registry_latest(tail);
+	if (d) {
+		start_checked(req, ROUTE_SAGAS, d, key);
+		return;
+	}
+	/* registered through another orchestrator, or never: read them again */
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		abort();
+	h->req = req;
+	snprintf(h->key, sizeof(h->key), "%s", key);
+	snprintf(h->name, sizeof(h->name), "%s", tail);
+	saga_registry_reload(sagas_reloaded, h);
 }
 
 /* --- GET /orders/{id} ------------------------------------------------- */
@@ -383,12 +586,28 @@ static const char get_sql[] =
 	"              FROM saga_history h WHERE h.saga_id = s.saga_id))::text"
 	"  FROM saga_instances s WHERE s.saga_id = $1";
 
+/* GET /sagas/{id}: any definition's saga, with its input and outputs. */
+static const char get_saga_sql[] =
+	"SELECT json_build_object("
+	"  'sagaId', s.saga_id,"
+	"  'definition', json_build_object('name', s.definition_name,"
+	"                                  'version', s.definition_version),"
+	"  'state', s.state, 'version', s.version, 'input', saga_input(s),"
+	"  'outputs', coalesce(s.outputs, '{}'),"
+	"  'createdAt', rfc3339(s.created_at), 'updatedAt', rfc3339(s.updated_at),"
+	"  'history', (SELECT json_agg(json_build_object("
+	"                'version', h.version, 'fromState', h.from_state, 'toState', h.to_state,"
+	"                'cause', h.cause, 'messageId', h.message_id, 'at', rfc3339(h.at))"
+	"              ORDER BY h.version)"
+	"              FROM saga_history h WHERE h.saga_id = s.saga_id))::text"
+	"  FROM saga_instances s WHERE s.saga_id = $1";
+
 static void get_done(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct evhttp_request *req = arg;
 
 	if (err->status != DB_OK) {
-		reply_db_error(req, err, "GET /orders");
+		reply_db_error(req, err, "GET");
 		return;
 	}
 	if (PQntuples(res) == 0) {
@@ -405,14 +624,24 @@ static void get_done(void *arg, PGresult *res, const struct db_error *err)
 	free(body);
 }
 
-void orders_get(struct evhttp_request *req, void *svc, const char *tail)
+static void get_one(struct evhttp_request *req, const char *sql, const char *tail)
 {
 	if (!uuid_valid(tail)) {
 		httpd_error(req, 400, "invalid_id", "expected a saga id (a UUID)");
 		return;
 	}
 	const char *params[1] = { tail };
-	db_query(R.service->pool, get_sql, 1, params, get_done, req);
+	db_query(R.service->pool, sql, 1, params, get_done, req);
+}
+
+void orders_get(struct evhttp_request *req, void *svc, const char *tail)
+{
+	get_one(req, get_sql, tail);
+}
+
+void sagas_get(struct evhttp_request *req, void *svc, const char *tail)
+{
+	get_one(req, get_saga_sql, tail);
 }
 
 /* --- expired idempotency records --------------------------------------- */
@@ -439,9 +668,9 @@ static void purge_cb(evutil_socket_t fd, short what, void *arg)
  */
 static const char count_sql[] =
 	"SELECT (SELECT count(*) FROM saga_instances"
-	"         WHERE state IN ('PendingPayment', 'PendingInventory', 'Compensating')),"
+	"         WHERE state NOT IN ('Completed', 'Failed', 'Compensated')),"
 	"       (SELECT count(*) FROM saga_instances"
-	"         WHERE state IN ('PendingPayment', 'PendingInventory', 'Compensating')"
+	"         WHERE state NOT IN ('Completed', 'Failed', 'Compensated')"
 	"           AND created_at >= $1::timestamptz)"
 	"     + (SELECT count(*) FROM saga_instances"
 	"         WHERE state IN ('Completed', 'Failed', 'Compensated')"
@@ -518,7 +747,7 @@ void orders_open(struct service *service, struct admission *adm, int64_t step_ti
 	count_cb(-1, 0, NULL); /* the count to start from */
 	R.step_timeout_ms = step_timeout_ms;
 	R.idempotency_ttl_s = idempotency_ttl_s;
-	R.started = metrics_family("saga_started_total", "Sagas started by POST /orders",
+	R.started = metrics_family("saga_started_total", "Sagas started (POST /orders, POST /sagas/{name})",
 				   METRIC_COUNTER);
 	metrics_series(R.started, "");
 	R.purge_timer = event_new(service->base, -1, EV_PERSIST, purge_cb, NULL);

@@ -1,11 +1,15 @@
 /*
  * orders: the orchestrator's public API.
  *
- *   POST /orders        a new saga, idempotent by its Idempotency-Key: the
- *                       idempotency record, the saga, its first history row
- *                       and its PayCommand commit in one statement; the same
- *                       key and body again get the first answer back
- *   GET  /orders/{id}   the saga and its history
+ *   POST /orders        a new order saga, idempotent by its Idempotency-Key:
+ *                       the idempotency record, the saga, its first history
+ *                       row and its first command commit in one statement;
+ *                       the same key and body again get the first answer back
+ *   POST /sagas/{name}  the same for a saga of the latest version of the
+ *                       definition name (saga_registry.h), its input checked
+ *                       by the definition
+ *   GET  /orders/{id}   the order saga and its history
+ *   GET  /sagas/{id}    a saga of any definition, its input, outputs and history
  *
  * A start that admission control refuses (admission.h) is answered 429
  * overloaded with Retry-After and stores nothing, unless it replays a key
@@ -23,7 +27,7 @@ struct service;
 
 /*
  * Binds the routes to service (one per process) and starts the purge;
- * step_timeout_ms is the first step's deadline, idempotency_ttl_s how long
+ * step_timeout_ms is STEP_TIMEOUT_MS, idempotency_ttl_s how long
  * a key is remembered; adm decides the starts and counts the sagas in flight
  * (borrowed). orders_close undoes it.
  */
@@ -34,5 +38,7 @@ void orders_close(void);
 /* The routes (httpd_route handlers). */
 void orders_post(struct evhttp_request *req, void *svc, const char *tail);
 void orders_get(struct evhttp_request *req, void *svc, const char *tail);
+void sagas_post(struct evhttp_request *req, void *svc, const char *tail);
+void sagas_get(struct evhttp_request *req, void *svc, const char *tail);
 
 #endif

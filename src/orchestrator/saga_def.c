@@ -1,4 +1,4 @@
-/* saga_def: see saga_def.h. Not yet used by saga-orchestrator; issue 27 wires it. */
+/* saga_def: see saga_def.h. */
 #include "saga_def.h"
 
 #include <stdarg.h>

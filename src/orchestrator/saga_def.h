@@ -4,8 +4,6 @@
  * crosses a saga's border: a start request's input and a succeeded event's
  * output. Pure: no I/O.
  *
- * Not yet used by saga-orchestrator; issue 27 wires it.
- *
  * The document (src/orchestrator/definitions/order.json is one):
  *
  *   {"name": "order", "version": 1,

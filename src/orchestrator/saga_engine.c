@@ -11,12 +11,16 @@
 #include "jsonx.h"
 #include "log.h"
 #include "metrics.h"
+#include "monotime.h"
 #include "outbox.h"
+#include "saga_registry.h"
 #include "service.h"
 #include "uuid.h"
 
 #define TRANSITION_TRIES 5
 #define DEADLINE_BATCH 100
+/* the registry is read again for an unknown type at most this often */
+#define RELOAD_EVERY_MS 1000
 
 static struct {
 	struct service *service;
@@ -25,55 +29,272 @@ static struct {
 	struct metric_family *transitions;
 	struct event *deadline_timer;
 	bool sweeping;
+	int64_t reloaded_at;
 } E;
 
-/* See saga_apply in sql/orchestrator/005_saga_functions.sql. */
-static const char apply_sql[] =
-	"SELECT * FROM saga_apply($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11,"
-	"                         $12::jsonb, $13::boolean, $14::int)";
+/* See saga_advance in sql/orchestrator/007_saga_engine.sql. */
+static const char advance_sql[] =
+	"SELECT * FROM saga_advance($1, $2, $3::jsonb, $4::jsonb, $5::int)";
 
 /* The same, for a cancellation: its reason is written in the same transaction. */
 static const char cancel_sql[] =
-	"WITH a AS (SELECT * FROM saga_apply($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10, $11,"
-	"                                    $12::jsonb, $13::boolean, $14::int)),"
+	"WITH a AS (SELECT * FROM saga_advance($1, $2, $3::jsonb, $4::jsonb, $5::int)),"
 	" c AS (INSERT INTO saga_cancellations (saga_id, reason)"
-	"       SELECT $2, $15 FROM a WHERE a.result = 'applied')"
+	"       SELECT $2, $6 FROM a WHERE a.result = 'applied')"
 	"SELECT * FROM a";
 
+/* saga_advance's columns */
+enum { C_RESULT, C_STATE, C_COMP, C_DEF, C_DEFV, C_FROM, C_TO, C_ENDING, C_OUT_ID, C_OUT_DEST,
+       C_OUT_TYPE, C_PAYLOAD, C_TRACE, C_MISSING };
+
 /*
- * One event (or deadline) applied to one saga. The decision is made here,
- * for the one state the event can act in (saga_expected; for a deadline,
- * the state the sweep saw), and sent with the read: saga_apply writes it
- * only if the saga is still there, guarded by its version.
+ * One event, deadline or cancellation applied to one saga: its plans (see
+ * saga_engine.h) go with the read, and saga_advance writes the saga's own
+ * only if the saga is still where the plan starts, guarded by its version.
  */
 struct transition {
-	enum saga_event ev;
-	char event_id[UUID_STR_LEN]; /* "" for StepTimeout */
+	enum saga_trigger trigger;
+	char type[SAGA_DEF_WORD_MAX + 1]; /* the event's type; "" for the others */
+	char event_id[UUID_STR_LEN];      /* "" for StepTimeout and Cancelled */
 	char saga_id[UUID_STR_LEN];
-	enum saga_state from;
-	enum saga_undo undo;
-	struct saga_step step;
+	const struct saga_def *def; /* deadline, cancel: the saga's, as read */
+	struct saga_pos from;       /* deadline, cancel: where it was read */
+	char *plans;                /* JSON text */
+	char *output;               /* the event's output (JSON text) or NULL */
 	int tries;
-	const char *why;             /* SAGA_OUT_IGNORED: reason */
-	struct db_error err;         /* SAGA_OUT_DB_ERROR: copy without message */
-	char cmd_id[UUID_STR_LEN];
-	char payload[160];
+	bool reloaded;   /* the registry was read again for it */
+	bool ending;     /* a plan ends the saga: admission counts it */
+	bool wrong_type; /* the saga's definition has no such event type */
+	const char *why; /* SAGA_OUT_IGNORED: reason */
+	struct db_error err; /* SAGA_OUT_DB_ERROR: copy without message */
 	void (*done)(struct transition *t, enum saga_outcome o);
-	struct inmsg m;              /* events only */
-	char *reason;                /* cancellations only (malloc'd) */
-	saga_apply_cb ext_done;      /* saga_transition_apply's caller */
+	struct inmsg m;       /* events only */
+	char *reason;         /* cancellations only (malloc'd) */
+	saga_apply_cb ext_done; /* saga_transition_apply's caller */
 	void *ext_arg;
-	bool ending;                 /* to a terminal state: admission counts it */
 };
 
 static void transition_send(struct transition *t);
+static bool transition_plan(struct transition *t);
 
-/* The transition's outcome to its owner; a saga that ended leaves admission's count. */
-static void transition_done(struct transition *t, enum saga_outcome o)
+int64_t saga_step_deadline_ms(const struct saga_def *d, int step)
+{
+	return d->steps[step].deadline_ms > 0 ? d->steps[step].deadline_ms : E.step_timeout_ms;
+}
+
+static void add(struct json_object *o, const char *key, struct json_object *v)
+{
+	if (json_object_object_add(o, key, v))
+		abort();
+}
+
+static struct json_object *str_or_null(const char *s)
+{
+	return s ? json_object_new_string(s) : NULL;
+}
+
+static struct json_object *fields_of(const struct saga_def *d, int step)
+{
+	const struct saga_step_def *s = &d->steps[step];
+	struct json_object *a = json_object_new_array();
+
+	for (size_t i = 0; i < s->n_fields; i++) {
+		const struct saga_field_ref *f = &s->fields[i];
+		struct json_object *e = json_object_new_array();
+
+		json_object_array_add(e, json_object_new_string(f->name));
+		json_object_array_add(e, f->step >= 0 ? json_object_new_string(d->steps[f->step].name)
+						      : NULL);
+		json_object_array_add(e, json_object_new_string(f->ref));
+		json_object_array_add(a, e);
+	}
+	return a;
+}
+
+char *saga_fields_json(const struct saga_def *d, int step)
+{
+	struct json_object *a = fields_of(d, step);
+	char *s = strdup(json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN));
+
+	if (!s)
+		abort();
+	json_object_put(a);
+	return s;
+}
+
+/* The message a move sends, or NULL. */
+static struct json_object *out_of(const struct saga_def *d, const struct saga_move *mv,
+				  const char *cmd_id)
+{
+	struct json_object *o;
+
+	if (mv->action == SAGA_SEND_NONE)
+		return NULL;
+	o = json_object_new_object();
+	add(o, "id", json_object_new_string(cmd_id));
+	add(o, "dest", json_object_new_string(mv->participant));
+	add(o, "type", json_object_new_string(mv->message));
+	add(o, "fields", mv->action == SAGA_SEND_COMMAND ? fields_of(d, mv->action_step)
+							  : json_object_new_array());
+	return o;
+}
+
+static bool terminal(struct saga_pos p)
+{
+	return p.phase != SAGA_RUNNING && p.phase != SAGA_UNDOING;
+}
+
+/*
+ * What trigger does to a saga of d at from, as saga_advance reads a plan;
+ * NULL when it does nothing there (*why says why). *ends: the plan ends
+ * the saga.
+ */
+static struct json_object *plan_of(const struct saga_def *d, struct saga_pos from,
+				   enum saga_trigger trigger, const char *type, const char *cmd_id,
+				   bool *ends, const char **why)
+{
+	struct saga_move mv, alt;
+	struct json_object *p;
+	bool uses_outputs = false;
+
+	if (!saga_machine_next(d, from, trigger, type, &mv, why))
+		return NULL;
+	p = json_object_new_object();
+	add(p, "from", json_object_new_string(saga_machine_state(d, from)));
+	add(p, "undo", str_or_null(saga_machine_compensation(d, from)));
+	add(p, "to", json_object_new_string(mv.to_state));
+	add(p, "newUndo", str_or_null(mv.compensation));
+	add(p, "cause", json_object_new_string(mv.cause));
+	add(p, "deadlineMs",
+	    mv.deadline ? json_object_new_int64(saga_step_deadline_ms(d, mv.to.step)) : NULL);
+	/* a succeeded event's output is kept under its step's name */
+	add(p, "step",
+	    trigger == SAGA_ON_EVENT && from.phase == SAGA_RUNNING &&
+			    strcmp(type, d->steps[from.step].succeeded) == 0
+		    ? json_object_new_string(d->steps[from.step].name)
+		    : NULL);
+	add(p, "out", out_of(d, &mv, cmd_id));
+	*ends = terminal(mv.to);
+	if (mv.action == SAGA_SEND_COMMAND)
+		for (size_t i = 0; i < d->steps[mv.action_step].n_fields; i++)
+			uses_outputs |= d->steps[mv.action_step].fields[i].step >= 0;
+	/* a field from an output an event did not carry: the step fails (missing_field) */
+	if (uses_outputs &&
+	    saga_machine_next(d, mv.to, SAGA_ON_EVENT, d->steps[mv.to.step].failed, &alt, why)) {
+		struct json_object *a = json_object_new_object();
+
+		add(a, "to", json_object_new_string(alt.to_state));
+		add(a, "newUndo", str_or_null(alt.compensation));
+		add(a, "cause", json_object_new_string(alt.cause));
+		add(a, "out", out_of(d, &alt, cmd_id));
+		add(p, "alt", a);
+		*ends |= terminal(alt.to);
+	}
+	return p;
+}
+
+static void plans_add(struct json_object *plans, const struct saga_def *d,
+		      struct json_object *plan)
+{
+	char key[SAGA_DEF_NAME_MAX + 16];
+
+	snprintf(key, sizeof(key), "%s/%d", d->name, (int)d->version);
+	add(plans, key, plan);
+}
+
+/*
+ * The plans of t: for an event, one per loaded definition in which its type
+ * acts; for a deadline or a cancellation, the saga's definition's. False
+ * when there is none.
+ */
+static bool transition_plan(struct transition *t)
+{
+	struct json_object *plans = json_object_new_object();
+	char cmd_id[UUID_STR_LEN];
+	bool ends = false, any = false;
+	const char *why = NULL;
+
+	uuid_new_v7(cmd_id);
+	if (t->trigger == SAGA_ON_EVENT) {
+		for (size_t i = 0; i < saga_registry_count(); i++) {
+			const struct saga_def *d = saga_registry_at(i);
+			struct saga_pos at;
+			struct json_object *p;
+			bool e = false;
+
+			if (!saga_machine_expected(d, t->type, &at))
+				continue;
+			p = plan_of(d, at, SAGA_ON_EVENT, t->type, cmd_id, &e, &why);
+			if (!p)
+				abort(); /* an event acts where saga_machine_expected says (unit-tested) */
+			plans_add(plans, d, p);
+			ends |= e;
+			any = true;
+		}
+	} else {
+		struct json_object *p = plan_of(t->def, t->from, t->trigger, NULL, cmd_id, &ends, &why);
+
+		if (p) {
+			plans_add(plans, t->def, p);
+			any = true;
+		} else {
+			t->why = why;
+		}
+	}
+	free(t->plans);
+	t->plans = strdup(json_object_to_json_string_ext(plans, JSON_C_TO_STRING_PLAIN));
+	if (!t->plans)
+		abort();
+	json_object_put(plans);
+	if (any && ends && !t->ending) {
+		t->ending = true;
+		admission_end_begin(E.adm);
+	}
+	return any;
+}
+
+/* The outcome to its owner; a saga that ended leaves admission's count. */
+static void transition_done(struct transition *t, enum saga_outcome o, bool ended)
 {
 	if (t->ending)
-		admission_end_done(E.adm, o == SAGA_OUT_APPLIED);
+		admission_end_done(E.adm, o == SAGA_OUT_APPLIED && ended);
 	t->done(t, o);
+}
+
+static void reloaded(void *arg, int rc)
+{
+	struct transition *t = arg;
+
+	if (t->trigger == SAGA_ON_EVENT && !transition_plan(t)) {
+		t->wrong_type = true;
+		transition_done(t, SAGA_OUT_IGNORED, false);
+		return;
+	}
+	transition_send(t);
+}
+
+/* Reads the registry again once for t (definitions another orchestrator registered). */
+static bool transition_reload(struct transition *t)
+{
+	if (t->reloaded)
+		return false;
+	t->reloaded = true;
+	E.reloaded_at = monotime_ms();
+	saga_registry_reload(reloaded, t);
+	return true;
+}
+
+/* Why a saga of d at (state, compensation) ignores t. */
+static const char *ignored_why(struct transition *t, const struct saga_def *d, const char *state,
+			       const char *compensation)
+{
+	struct saga_pos pos;
+	struct saga_move unused;
+	const char *why = "unknown_state";
+
+	if (d && saga_machine_pos(d, state, compensation, &pos) == 0)
+		saga_machine_next(d, pos, t->trigger, t->type, &unused, &why);
+	return why;
 }
 
 static void transition_applied(void *arg, PGresult *res, const struct db_error *err)
@@ -88,91 +309,87 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 		}
 		t->err = *err;
 		t->err.message = NULL;
-		transition_done(t, SAGA_OUT_DB_ERROR);
+		transition_done(t, SAGA_OUT_DB_ERROR, false);
 		return;
 	}
-	result = PQgetvalue(res, 0, 0);
+	result = PQgetvalue(res, 0, C_RESULT);
 	if (strcmp(result, "not_found") == 0) {
-		transition_done(t, SAGA_OUT_NOT_FOUND);
+		transition_done(t, SAGA_OUT_NOT_FOUND, false);
 		return;
 	}
 	if (strcmp(result, "duplicate") == 0) {
-		transition_done(t, SAGA_OUT_DUPLICATE);
+		transition_done(t, SAGA_OUT_DUPLICATE, false);
 		return;
 	}
-	if (strcmp(result, "ignored") == 0) {
-		int st = saga_state_parse(PQgetvalue(res, 0, 1));
-		int undo = saga_undo_parse(db_val(res, 0, 2));
-		struct saga_step unused;
+	if (strcmp(result, "no_plan") == 0 || strcmp(result, "ignored") == 0) {
+		const struct saga_def *d = saga_registry_get(PQgetvalue(res, 0, C_DEF),
+							     atoi(PQgetvalue(res, 0, C_DEFV)));
 
-		t->why = "unknown_state";
-		if (st >= 0 && undo >= 0)
-			saga_next((enum saga_state)st, (enum saga_undo)undo, t->ev, &unused, &t->why);
-		transition_done(t, SAGA_OUT_IGNORED);
+		if (!d && transition_reload(t))
+			return;
+		if (d && strcmp(result, "no_plan") == 0 && t->trigger == SAGA_ON_EVENT) {
+			struct saga_pos unused;
+
+			/* loaded since the plans were made: plan again */
+			if (saga_machine_expected(d, t->type, &unused) && ++t->tries < TRANSITION_TRIES &&
+			    transition_plan(t)) {
+				transition_send(t);
+				return;
+			}
+			t->wrong_type = !saga_machine_expected(d, t->type, &unused);
+		}
+		t->why = d ? ignored_why(t, d, PQgetvalue(res, 0, C_STATE), db_val(res, 0, C_COMP))
+			   : "unknown_definition";
+		transition_done(t, SAGA_OUT_IGNORED, false);
 		return;
 	}
 
-	const char *trace = db_val(res, 0, 4);
+	const char *trace = db_val(res, 0, C_TRACE);
+	const char *from = PQgetvalue(res, 0, C_FROM), *to = PQgetvalue(res, 0, C_TO);
 	struct log_ctx lc = { .saga_id = t->saga_id,
 			      .message_id = t->event_id[0] ? t->event_id : NULL,
 			      .trace_id = trace };
-	char labels[96];
+	char labels[192];
 
-	snprintf(labels, sizeof(labels), "from=\"%s\",to=\"%s\"", saga_state_name(t->from),
-		 saga_state_name(t->step.to));
+	snprintf(labels, sizeof(labels), "from=\"%s\",to=\"%s\"", from, to);
 	metrics_inc(E.transitions, labels, 1);
-	LOG_AT(LOG_INFO, &lc, "%s -> %s on %s", saga_state_name(t->from),
-	       saga_state_name(t->step.to), saga_event_name(t->ev));
-	if (t->step.command != SAGA_CMD_NONE)
-		outbox_send(E.service->outbox, t->cmd_id, "command",
-			    saga_command_destination(t->step.command),
-			    saga_command_name(t->step.command), PQgetvalue(res, 0, 3), trace);
-	transition_done(t, SAGA_OUT_APPLIED);
+	if (db_val(res, 0, C_MISSING))
+		LOG_AT(LOG_WARN, &lc, "%s -> %s on %s: %s is missing (missing_field)", from, to,
+		       t->trigger == SAGA_ON_EVENT ? t->type : "a deadline",
+		       PQgetvalue(res, 0, C_MISSING));
+	else
+		LOG_AT(LOG_INFO, &lc, "%s -> %s on %s", from, to,
+		       t->trigger == SAGA_ON_EVENT  ? t->type
+		       : t->trigger == SAGA_ON_DEADLINE ? "StepTimeout"
+							: "Cancelled");
+	if (db_val(res, 0, C_OUT_ID))
+		outbox_send(E.service->outbox, PQgetvalue(res, 0, C_OUT_ID), "command",
+			    PQgetvalue(res, 0, C_OUT_DEST), PQgetvalue(res, 0, C_OUT_TYPE),
+			    PQgetvalue(res, 0, C_PAYLOAD), trace);
+	transition_done(t, SAGA_OUT_APPLIED, PQgetvalue(res, 0, C_ENDING)[0] == 't');
 }
 
 static void transition_send(struct transition *t)
 {
-	const char *cmd_name = saga_command_name(t->step.command);
-	char deadline_s[24];
-
-	if (cmd_name) {
-		uuid_new_v7(t->cmd_id);
-		snprintf(t->payload, sizeof(t->payload), "{\"commandId\":\"%s\",\"sagaId\":\"%s\"}",
-			 t->cmd_id, t->saga_id);
-	}
-	if (!t->ending && saga_state_terminal(t->step.to)) {
-		t->ending = true;
-		admission_end_begin(E.adm);
-	}
-	snprintf(deadline_s, sizeof(deadline_s), "%lld", (long long)E.step_timeout_ms);
-	const char *params[15] = {
+	const char *params[6] = {
 		t->event_id[0] ? t->event_id : NULL,
 		t->saga_id,
-		saga_state_name(t->from),
-		saga_undo_name(t->undo),
-		saga_state_name(t->step.to),
-		saga_undo_name(t->step.undo),
-		saga_event_name(t->ev),
-		t->step.deadline ? deadline_s : NULL,
-		cmd_name ? t->cmd_id : NULL,
-		saga_command_destination(t->step.command),
-		cmd_name,
-		cmd_name ? t->payload : NULL,
-		t->step.command == SAGA_CMD_RESERVE ? "true" : "false",
+		t->plans,
+		t->output,
 		outbox_lease_ms(E.service->outbox),
 		t->reason,
 	};
-	db_query_grouped(E.service->pool, t->saga_id,
-			 t->reason ? cancel_sql : apply_sql, t->reason ? 15 : 14, params,
-			 transition_applied, t);
+
+	db_query_grouped(E.service->pool, t->saga_id, t->reason ? cancel_sql : advance_sql,
+			 t->reason ? 6 : 5, params, transition_applied, t);
 }
 
-/* Decides what ev does to a saga in from/undo; false when it does nothing. */
-static bool transition_decide(struct transition *t, enum saga_state from, enum saga_undo undo)
+static void transition_free(struct transition *t)
 {
-	t->from = from;
-	t->undo = undo;
-	return saga_next(from, undo, t->ev, &t->step, &t->why);
+	free(t->plans);
+	free(t->output);
+	free(t->reason);
+	free(t);
 }
 
 static void event_done(struct transition *t, enum saga_outcome o)
@@ -192,8 +409,16 @@ static void event_done(struct transition *t, enum saga_outcome o)
 		inmsg_reply(m, 200, "{\"duplicated\":true}");
 		break;
 	case SAGA_OUT_IGNORED:
-		snprintf(body, sizeof(body), "{\"ignored\":true,\"reason\":\"%s\"}", t->why);
-		inmsg_reply(m, 200, body);
+		if (t->wrong_type) {
+			inmsg_error(m, 404, "unknown_type",
+				    "the saga's definition has no event type %s", t->type);
+		} else if (strcmp(t->why, "unknown_definition") == 0) {
+			inmsg_error(m, 503, "unavailable",
+				    "the saga's definition is not registered yet; try again");
+		} else {
+			snprintf(body, sizeof(body), "{\"ignored\":true,\"reason\":\"%s\"}", t->why);
+			inmsg_reply(m, 200, body);
+		}
 		break;
 	case SAGA_OUT_NOT_FOUND:
 		inmsg_error(m, 404, "not_found", "no such saga");
@@ -202,28 +427,63 @@ static void event_done(struct transition *t, enum saga_outcome o)
 		inmsg_db_error(m, &t->err, "event");
 		break;
 	}
-	free(t);
+	transition_free(t);
 }
 
-/* An event from payment or inventory, over HTTP or AMQP. */
-void saga_handle_event(struct inmsg m, const char *type)
+/* Which kinds of event type is in the loaded definitions. */
+static void type_kinds(const char *type, bool *known, bool *failed, bool *succeeded)
 {
-	int ev = saga_event_parse(type);
+	*known = *failed = *succeeded = false;
+	for (size_t i = 0; i < saga_registry_count(); i++) {
+		const struct saga_def *d = saga_registry_at(i);
+
+		for (size_t k = 0; k < d->n_steps; k++) {
+			const struct saga_step_def *s = &d->steps[k];
+
+			*failed |= strcmp(type, s->failed) == 0;
+			*succeeded |= strcmp(type, s->succeeded) == 0;
+			*known |= strcmp(type, s->failed) == 0 || strcmp(type, s->succeeded) == 0 ||
+				  strcmp(type, s->compensated) == 0;
+		}
+	}
+}
+
+static void unknown_reloaded(void *arg, int rc);
+
+/* An event from a participant, over HTTP or AMQP. */
+static void event_handle(struct inmsg m, const char *type, bool reloaded)
+{
 	const char *event_id, *saga_id, *reason, *bad = NULL;
-	bool needs_reason;
-	struct json_object *obj;
+	bool known, failed, succeeded;
+	struct json_object *obj, *output = NULL;
 	struct transition *t;
-	char err[128];
+	char err[160];
 	size_t len;
 	const char *body;
 
-	if (ev < 0 || !saga_event_is_message((enum saga_event)ev)) {
+	type_kinds(type, &known, &failed, &succeeded);
+	if (!known && strlen(type) <= SAGA_DEF_WORD_MAX) {
+		/* registered through another orchestrator since this one read them? */
+		int64_t now = monotime_ms();
+
+		if (!reloaded && now - E.reloaded_at >= RELOAD_EVERY_MS) {
+			struct inmsg *held = malloc(sizeof(*held) + strlen(type) + 1);
+
+			if (!held)
+				abort();
+			*held = m;
+			strcpy((char *)(held + 1), type);
+			E.reloaded_at = now;
+			saga_registry_reload(unknown_reloaded, held);
+			return;
+		}
+	}
+	if (!known) {
 		inmsg_error(m, 404, "unknown_type", "unknown event type");
 		return;
 	}
 	/* docs/protocol.md: the failures carry a reason; without it the event is malformed
 	 * whatever the saga's state, so it is refused before the state is read */
-	needs_reason = ev == SAGA_PAYMENT_FAILED || ev == SAGA_INVENTORY_RESERVATION_FAILED;
 	body = inmsg_body(m, &len);
 	obj = jsonx_parse(body, len, err, sizeof(err));
 	if (!obj) {
@@ -236,7 +496,7 @@ void saga_handle_event(struct inmsg m, const char *type)
 		bad = "eventId";
 	else if (jsonx_get_uuid(obj, "sagaId", &saga_id) != 0)
 		bad = "sagaId";
-	else if ((needs_reason || json_object_object_get_ex(obj, "reason", NULL)) &&
+	else if ((failed || json_object_object_get_ex(obj, "reason", NULL)) &&
 		 jsonx_get_str(obj, "reason", 200, &reason) != 0)
 		bad = "reason";
 	if (bad) {
@@ -245,22 +505,40 @@ void saga_handle_event(struct inmsg m, const char *type)
 		json_object_put(obj);
 		return;
 	}
+	if (succeeded && json_object_object_get_ex(obj, "output", &output) && output &&
+	    saga_output_check(output, err, sizeof(err)) != 0) {
+		inmsg_error(m, 400, "invalid_field", "%s", err);
+		json_object_put(obj);
+		return;
+	}
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		abort();
-	t->ev = (enum saga_event)ev;
+	t->trigger = SAGA_ON_EVENT;
 	t->m = m;
 	t->done = event_done;
+	snprintf(t->type, sizeof(t->type), "%s", type);
 	snprintf(t->event_id, sizeof(t->event_id), "%s", event_id);
 	snprintf(t->saga_id, sizeof(t->saga_id), "%s", saga_id);
+	if (output && !(t->output = jsonx_canonical(output)))
+		abort();
 	json_object_put(obj);
-
-	enum saga_state from;
-	enum saga_undo undo;
-
-	if (!saga_expected(t->ev, &from, &undo) || !transition_decide(t, from, undo))
-		abort(); /* saga_fsm guarantees one state per event (unit-tested) */
+	if (!transition_plan(t))
+		abort(); /* known: some definition has the type */
 	transition_send(t);
+}
+
+static void unknown_reloaded(void *arg, int rc)
+{
+	struct inmsg *held = arg;
+
+	event_handle(*held, (const char *)(held + 1), true);
+	free(held);
+}
+
+void saga_handle_event(struct inmsg m, const char *type)
+{
+	event_handle(m, type, false);
 }
 
 void saga_post_event(struct evhttp_request *req, void *svc, const char *tail)
@@ -270,8 +548,8 @@ void saga_post_event(struct evhttp_request *req, void *svc, const char *tail)
 
 /* Step deadlines: sagas past theirs compensate (StepTimeout). */
 static const char overdue_sql[] =
-	"SELECT saga_id, state, compensation FROM saga_instances"
-	" WHERE state IN ('PendingPayment', 'PendingInventory') AND deadline_at <= now()"
+	"SELECT saga_id, state, compensation, definition_name, definition_version"
+	"  FROM saga_instances WHERE deadline_at <= now()"
 	" ORDER BY deadline_at LIMIT $1";
 
 static int sweeps_open;
@@ -286,13 +564,21 @@ static void deadline_done(struct transition *t, enum saga_outcome o)
 		log_warn("step timeout of saga %s failed: SQLSTATE %s", t->saga_id,
 			 t->err.sqlstate);
 	sweep_applied += o == SAGA_OUT_APPLIED;
-	free(t);
+	transition_free(t);
 	if (--sweeps_open == 0) {
 		E.sweeping = false;
 		/* a backlog of overdue sagas drains at once, not a batch a tick */
 		if (sweep_full && sweep_applied > 0)
 			deadline_cb(-1, 0, NULL);
 	}
+}
+
+/* Its definition and position, read as (name, version, state, compensation). */
+static bool saga_read(struct transition *t, const char *name, const char *version,
+		      const char *state, const char *compensation)
+{
+	t->def = saga_registry_get(name, atoi(version));
+	return t->def && saga_machine_pos(t->def, state, compensation, &t->from) == 0;
 }
 
 static void overdue_found(void *arg, PGresult *res, const struct db_error *err)
@@ -311,14 +597,15 @@ static void overdue_found(void *arg, PGresult *res, const struct db_error *err)
 
 		if (!t)
 			abort();
-		int st = saga_state_parse(PQgetvalue(res, i, 1));
-		int undo = saga_undo_parse(db_val(res, i, 2));
-
-		t->ev = SAGA_STEP_TIMEOUT;
+		t->trigger = SAGA_ON_DEADLINE;
 		t->done = deadline_done;
 		snprintf(t->saga_id, sizeof(t->saga_id), "%s", PQgetvalue(res, i, 0));
-		if (st < 0 || undo < 0 ||
-		    !transition_decide(t, (enum saga_state)st, (enum saga_undo)undo)) {
+		if (!saga_read(t, PQgetvalue(res, i, 3), PQgetvalue(res, i, 4), PQgetvalue(res, i, 1),
+			       db_val(res, i, 2)) ||
+		    !transition_plan(t)) {
+			/* a definition another orchestrator registered: read at the next sweep */
+			if (!t->def)
+				saga_registry_reload(NULL, NULL);
 			deadline_done(t, SAGA_OUT_IGNORED);
 			continue;
 		}
@@ -344,26 +631,35 @@ static void deadline_cb(evutil_socket_t fd, short what, void *arg)
 static void ext_done(struct transition *t, enum saga_outcome o)
 {
 	t->ext_done(t->ext_arg, o, o == SAGA_OUT_DB_ERROR ? &t->err : NULL);
-	free(t->reason);
-	free(t);
+	transition_free(t);
 }
 
-void saga_transition_apply(const char *saga_id, enum saga_state from, enum saga_undo undo,
-			   enum saga_event ev, const char *reason, saga_apply_cb done, void *arg)
+static void ext_later(evutil_socket_t fd, short what, void *arg)
+{
+	ext_done(arg, SAGA_OUT_IGNORED);
+}
+
+void saga_transition_apply(const char *saga_id, const struct saga_def *d, struct saga_pos from,
+			   enum saga_trigger trigger, const char *reason, saga_apply_cb done,
+			   void *arg)
 {
 	struct transition *t = calloc(1, sizeof(*t));
 
 	if (!t)
 		abort();
-	t->ev = ev;
+	t->trigger = trigger;
+	t->def = d;
+	t->from = from;
 	t->done = ext_done;
 	t->ext_done = done;
 	t->ext_arg = arg;
 	snprintf(t->saga_id, sizeof(t->saga_id), "%s", saga_id);
 	if (reason && !(t->reason = strdup(reason)))
 		abort();
-	if (!transition_decide(t, from, undo)) {
-		ext_done(t, SAGA_OUT_IGNORED);
+	if (!transition_plan(t)) {
+		/* never from inside this call */
+		if (event_base_once(E.service->base, -1, EV_TIMEOUT, ext_later, t, NULL) != 0)
+			abort();
 		return;
 	}
 	transition_send(t);
@@ -385,6 +681,7 @@ void saga_engine_open(struct service *service, struct admission *adm, int64_t st
 	E.service = service;
 	E.adm = adm;
 	E.step_timeout_ms = step_timeout_ms;
+	E.reloaded_at = monotime_ms() - RELOAD_EVERY_MS;
 	E.transitions = metrics_family("saga_transitions_total",
 				       "Saga transitions by from and to state", METRIC_COUNTER);
 	E.deadline_timer = event_new(service->base, -1, EV_PERSIST, deadline_cb, NULL);

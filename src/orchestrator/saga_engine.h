@@ -1,19 +1,28 @@
 /*
- * saga_engine: moves each saga through saga_fsm's table. What moves it:
- * the events payment and inventory send back (POST /events/{type}, or the
- * broker), a step's deadline passing (StepTimeout, found by a sweep on a
- * timer), and an operator's cancellation (admin_sagas.c). Each transition is
- * one call of saga_apply (sql/orchestrator), guarded by the saga's state and
+ * saga_engine: moves each saga, of any definition, through the state
+ * machine its definition makes (saga_machine.h). What moves it: the events
+ * participants send back (POST /events/{type}, or the broker), a step's
+ * deadline passing (StepTimeout, found by a sweep on a timer), and an
+ * operator's cancellation (admin_sagas.c). Each transition is one call of
+ * saga_advance (sql/orchestrator/007), guarded by the saga's state and
  * version, that records the message in the inbox, writes the history row
  * and the next command's outbox row in one transaction; the command is then
  * sent at once.
+ *
+ * An event names its saga but not the saga's definition, which only the
+ * saga's row says. So that one round trip still does, the engine sends a
+ * plan for each definition version loaded in which the event's type acts
+ * (at one position each: saga_machine_expected), and saga_advance applies
+ * the plan of the saga's own. A saga whose definition version is not
+ * loaded here (registered through another orchestrator) makes the engine
+ * read the registry again and try once more.
  */
 #ifndef PGSAGA_SAGA_ENGINE_H
 #define PGSAGA_SAGA_ENGINE_H
 
 #include <stdint.h>
 
-#include "saga_fsm.h"
+#include "saga_machine.h"
 
 struct admission;
 struct db_error;
@@ -24,8 +33,9 @@ struct service;
 
 /*
  * Binds the engine to service (one per process) and starts the deadline
- * sweep; step_timeout_ms is every step's deadline; adm is told of every
- * saga that ends (borrowed). saga_engine_close undoes it.
+ * sweep; step_timeout_ms is the deadline of every step that does not set
+ * its own; adm is told of every saga that ends (borrowed).
+ * saga_engine_close undoes it.
  */
 void saga_engine_open(struct service *service, struct admission *adm, int64_t step_timeout_ms);
 void saga_engine_close(void);
@@ -38,23 +48,33 @@ void saga_handle_event(struct inmsg m, const char *type);
 /* POST /events/{type} (httpd_route handler). */
 void saga_post_event(struct evhttp_request *req, void *svc, const char *tail);
 
+/* The deadline of a step that starts running: its deadlineMs, else STEP_TIMEOUT_MS. */
+int64_t saga_step_deadline_ms(const struct saga_def *d, int step);
+
+/*
+ * The fields step's command carries, as saga_command_payload (SQL) reads
+ * them: [[name, step name or null, ref], ...]. Malloc'd.
+ */
+char *saga_fields_json(const struct saga_def *d, int step);
+
 /* What a transition came to. */
 enum saga_outcome {
 	SAGA_OUT_APPLIED,
 	SAGA_OUT_DUPLICATE,
-	SAGA_OUT_IGNORED, /* the saga was no longer in the state given */
+	SAGA_OUT_IGNORED, /* the saga was no longer where the caller read it */
 	SAGA_OUT_NOT_FOUND,
 	SAGA_OUT_DB_ERROR,
 };
 
 /*
- * Applies the step ev decides for saga_id in from/undo (as the caller read
- * them), with no message, and the reason recorded when not NULL (copied).
- * done follows once, never from inside this call; err is set for
- * SAGA_OUT_DB_ERROR only.
+ * Applies trigger (a deadline or a cancellation) to saga_id of definition
+ * d, read at position from, with no message, and the cancellation's reason
+ * recorded when not NULL (copied). done follows once, never from inside
+ * this call; err is set for SAGA_OUT_DB_ERROR only.
  */
 typedef void (*saga_apply_cb)(void *arg, enum saga_outcome o, const struct db_error *err);
-void saga_transition_apply(const char *saga_id, enum saga_state from, enum saga_undo undo,
-			   enum saga_event ev, const char *reason, saga_apply_cb done, void *arg);
+void saga_transition_apply(const char *saga_id, const struct saga_def *d, struct saga_pos from,
+			   enum saga_trigger trigger, const char *reason, saga_apply_cb done,
+			   void *arg);
 
 #endif

@@ -1,4 +1,4 @@
-/* saga_machine: see saga_machine.h. Not yet used by saga-orchestrator; issue 27 wires it. */
+/* saga_machine: see saga_machine.h. */
 #include "saga_machine.h"
 
 #include <stdlib.h>
@@ -43,9 +43,35 @@ const char *saga_machine_state(const struct saga_def *d, struct saga_pos pos)
 	return "?";
 }
 
+/*
+ * The order saga's `compensation` column keeps the names 1.0 wrote, which
+ * 1.0 orchestrators read during a rolling upgrade (docs/upgrading.md);
+ * every other definition names the step.
+ */
+static const char *const order_undo[][2] = { { "Payment", "refund" }, { "Inventory", "release" } };
+
+static bool is_order(const struct saga_def *d)
+{
+	return strcmp(d->name, "order") == 0;
+}
+
 const char *saga_machine_compensation(const struct saga_def *d, struct saga_pos pos)
 {
-	return pos.phase == SAGA_UNDOING ? d->steps[pos.step].name : NULL;
+	if (pos.phase != SAGA_UNDOING)
+		return NULL;
+	for (size_t i = 0; is_order(d) && i < sizeof(order_undo) / sizeof(order_undo[0]); i++)
+		if (strcmp(d->steps[pos.step].name, order_undo[i][0]) == 0)
+			return order_undo[i][1];
+	return d->steps[pos.step].name;
+}
+
+/* The step a `compensation` column names: the order saga's own names too. */
+static int undo_step(const struct saga_def *d, const char *compensation)
+{
+	for (size_t i = 0; is_order(d) && i < sizeof(order_undo) / sizeof(order_undo[0]); i++)
+		if (strcmp(compensation, order_undo[i][1]) == 0)
+			return saga_def_step(d, order_undo[i][0]);
+	return saga_def_step(d, compensation);
 }
 
 int saga_machine_pos(const struct saga_def *d, const char *state, const char *compensation,
@@ -62,7 +88,7 @@ int saga_machine_pos(const struct saga_def *d, const char *state, const char *co
 		return -1;
 	if (strcmp(state, "Compensating") == 0) {
 		pos->phase = SAGA_UNDOING;
-		pos->step = compensation ? saga_def_step(d, compensation) : -1;
+		pos->step = compensation ? undo_step(d, compensation) : -1;
 		return pos->step >= 0 ? 0 : -1;
 	}
 	if (compensation)
@@ -112,7 +138,7 @@ struct saga_move saga_machine_start(const struct saga_def *d)
 	struct saga_pos first = { SAGA_RUNNING, 0 };
 
 	make_move(d, NULL, first, SAGA_SEND_COMMAND, 0,
-		  strcmp(d->name, "order") == 0 ? "OrderPlaced" : "SagaStarted", &m);
+		  is_order(d) ? "OrderPlaced" : "SagaStarted", &m);
 	return m;
 }
 
@@ -198,62 +224,6 @@ bool saga_machine_expected(const struct saga_def *d, const char *type, struct sa
 	pos->phase = ev == EV_COMPENSATED ? SAGA_UNDOING : SAGA_RUNNING;
 	pos->step = at;
 	return true;
-}
-
-/* ---- bodies ---- */
-
-static char *body_text(struct json_object *body)
-{
-	char *s = strdup(json_object_to_json_string_ext(body, JSON_C_TO_STRING_PLAIN |
-								    JSON_C_TO_STRING_NOSLASHESCAPE));
-
-	if (!s)
-		abort();
-	json_object_put(body);
-	return s;
-}
-
-static struct json_object *body_ids(const char *command_id, const char *saga_id)
-{
-	struct json_object *body = json_object_new_object();
-
-	if (!body || json_object_object_add(body, "commandId", json_object_new_string(command_id)) ||
-	    json_object_object_add(body, "sagaId", json_object_new_string(saga_id)))
-		abort();
-	return body;
-}
-
-char *saga_compensation_body(const char *command_id, const char *saga_id)
-{
-	return body_text(body_ids(command_id, saga_id));
-}
-
-char *saga_command_body(const struct saga_def *d, int step, struct json_object *input,
-			struct json_object *outputs, const char *command_id, const char *saga_id,
-			const char **missing)
-{
-	const struct saga_step_def *s = &d->steps[step];
-	struct json_object *body = body_ids(command_id, saga_id);
-
-	*missing = NULL;
-	for (size_t i = 0; i < s->n_fields; i++) {
-		const struct saga_field_ref *f = &s->fields[i];
-		struct json_object *from = input, *v = NULL;
-
-		if (f->step >= 0 &&
-		    (!outputs || !json_object_object_get_ex(outputs, d->steps[f->step].name, &from)))
-			from = NULL;
-		/* null is no value: an input or output never holds one (checked on the way in) */
-		if (!json_object_is_type(from, json_type_object) ||
-		    !json_object_object_get_ex(from, f->name, &v) || !v) {
-			*missing = f->ref;
-			json_object_put(body);
-			return NULL;
-		}
-		if (json_object_object_add(body, f->name, json_object_get(v)))
-			abort();
-	}
-	return body_text(body);
 }
 
 /* ---- migration ---- */

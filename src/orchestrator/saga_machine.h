@@ -1,12 +1,10 @@
 /*
  * saga_machine: the state machine of any saga definition (saga_def.h),
- * computed from it, the command bodies it sends, and whether a saga may
- * move to another version of its definition. Pure: no I/O, so the unit
- * tests walk every shape (1 to 16 steps, each way of ending).
- *
- * Not yet used by saga-orchestrator; issue 27 wires it (today saga_fsm.h
- * is the order saga's table; for the order definition this machine makes
- * exactly its transitions, a unit test compares them all).
+ * computed from it, and whether a saga may move to another version of its
+ * definition. Pure: no I/O, so the unit tests walk every shape (1 to 16
+ * steps, each way of ending). saga_engine.c runs it; the bodies of the
+ * commands it sends are built in SQL (saga_command_payload), from the
+ * fields the definition names.
  *
  * A saga is at one position: a step running (state Pending<Step>), one
  * step's undo awaited (state Compensating, its `compensation` column the
@@ -122,28 +120,6 @@ __attribute__((warn_unused_result)) int saga_machine_pos(const struct saga_def *
 							 const char *state,
 							 const char *compensation,
 							 struct saga_pos *pos);
-
-/*
- * The body of step's command: {"commandId", "sagaId", then each of the
- * step's fields under its own name, in the definition's order}, compact,
- * values as they came (json-c's text; PayCommand's bytes are POST
- * /orders'). input is the saga's input; outputs is {"<Step>": {output},
- * ...} of its succeeded steps, or NULL (both borrowed). Returns a malloc'd
- * string (caller frees); or NULL with *missing the field as the definition
- * writes it ("Shipping.trackingId") when the input or an output lacks it:
- * the step then fails as `failed` with reason missing_field (feed
- * saga_machine_next its failed type: the steps before it are undone).
- */
-__attribute__((warn_unused_result)) char *saga_command_body(const struct saga_def *d, int step,
-							    struct json_object *input,
-							    struct json_object *outputs,
-							    const char *command_id,
-							    const char *saga_id,
-							    const char **missing);
-
-/* A compensation's body: {"commandId", "sagaId"} only. Malloc'd. */
-__attribute__((warn_unused_result)) char *saga_compensation_body(const char *command_id,
-								 const char *saga_id);
 
 /*
  * Whether a saga of definition a at pos, with this input, may move to

@@ -13,8 +13,8 @@
 static struct service service;
 static int64_t default_credit;
 
-static const char *pay_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
-			      char buf[COMMAND_MAX_EXTRA][32])
+static const char *pay_fields(const struct command_type *type, struct json_object *obj,
+			      const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32])
 {
 	int64_t amount;
 
@@ -29,8 +29,8 @@ static const char *pay_fields(struct json_object *obj, const char *extra[COMMAND
 	return NULL;
 }
 
-static const char *no_fields(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
-			     char buf[COMMAND_MAX_EXTRA][32])
+static const char *no_fields(const struct command_type *type, struct json_object *obj,
+			     const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32])
 {
 	return NULL;
 }

@@ -29,7 +29,13 @@ import tempfile
 SRC = os.path.realpath(os.environ.get("SAGA_SOURCE_DIR")
                        or os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.path.realpath(os.environ.get("SAGA_BUILD_DIR") or os.getcwd())
-SERVICES = ("orchestrator", "payment", "inventory")
+SERVICES = ("orchestrator", "payment", "inventory", "participant")
+# each binary's unit file, its settings' file, and the name it is verified as
+# (saga-participant's is a template: one instance per participant)
+UNITS = {s: ("saga-%s.service" % s, "/etc/pgsaga/%s.env" % s, "saga-%s.service" % s)
+         for s in SERVICES[:3]}
+UNITS["participant"] = ("saga-participant@.service", "/etc/pgsaga/%i.env",
+                        "saga-participant@shipping.service")
 RULES = os.path.join(SRC, "deploy", "prometheus", "pgsaga-rules.yml")
 # systemd-analyze security's overall exposure, 0.0 (none) to 10.0; what is
 # left is the network, which the services need
@@ -153,13 +159,13 @@ def test_units():
     tmp = tempfile.mkdtemp(prefix="units-", dir=os.path.join(BUILD, "tests", "deploy"))
     try:
         for s in SERVICES:
-            name = "saga-%s.service" % s
-            generated = os.path.join(BUILD, "deploy", name)
+            unit, env_file, name = UNITS[s]
+            generated = os.path.join(BUILD, "deploy", unit)
             keys = read_unit(generated)
             want_exec = os.path.join(bindir, "saga-" + s)
             check(keys.get("ExecStart") == [want_exec],
                   "%s: ExecStart %s, expected %s" % (name, keys.get("ExecStart"), want_exec))
-            check(keys.get("EnvironmentFile") == ["/etc/pgsaga/%s.env" % s],
+            check(keys.get("EnvironmentFile") == [env_file],
                   "%s: EnvironmentFile %s" % (name, keys.get("EnvironmentFile")))
             for k, v in HARDENING.items():
                 check(keys.get(k) == [v], "%s: %s=%s, expected %s=%s"
@@ -189,8 +195,9 @@ def test_units():
                              variant.replace("ProtectSystem=", "ProtectSystm="))
         check("ProtectSystm" in out, "systemd-analyze verify let a misspelt key pass")
         rc, out = verify_unit(analyze, tmp, "saga-missing.service", text)
-        if not os.path.exists(os.path.join(bindir, "saga-inventory")):
-            check(rc != 0 and "saga-inventory" in out,
+        # (the last unit's: text names its installed binary)
+        if not os.path.exists(os.path.join(bindir, "saga-" + s)):
+            check(rc != 0 and "saga-" + s in out,
                   "systemd-analyze verify let a missing ExecStart binary pass")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -226,13 +233,13 @@ def test_install():
 
         docdir = os.path.join(datadir, "doc", "pgsaga")
         want = {}  # installed path -> source file with the same bytes, or None
-        for b in ("saga-orchestrator", "saga-payment", "saga-inventory", "saga-bench"):
+        for b in ("saga-orchestrator", "saga-payment", "saga-inventory", "saga-participant",
+                  "saga-bench"):
             want[os.path.join(bindir, b)] = None
         want[os.path.join(datadir, "pgsaga", "bootstrap.sql")] = os.path.join(SRC, "sql", "bootstrap.sql")
         want[os.path.join(datadir, "pgsaga", "prometheus", "pgsaga-rules.yml")] = RULES
         for s in SERVICES:
-            want[os.path.join(unitdir, "saga-%s.service" % s)] = os.path.join(
-                BUILD, "deploy", "saga-%s.service" % s)
+            want[os.path.join(unitdir, UNITS[s][0])] = os.path.join(BUILD, "deploy", UNITS[s][0])
         for doc in ("README.md", "CHANGELOG.md"):
             want[os.path.join(docdir, doc)] = os.path.join(SRC, doc)
         for doc in files_under(os.path.join(SRC, "docs")):
@@ -250,10 +257,10 @@ def test_install():
                 check(same_bytes(inside(path), source), "%s differs from %s" % (path, source))
         # the units start what was installed
         for s in SERVICES:
-            keys = read_unit(inside(os.path.join(unitdir, "saga-%s.service" % s)))
+            keys = read_unit(inside(os.path.join(unitdir, UNITS[s][0])))
             exe = keys.get("ExecStart", [""])[0]
             check(exe.startswith(prefix + "/") and os.access(inside(exe), os.X_OK),
-                  "saga-%s.service: ExecStart %s is not an installed binary" % (s, exe))
+                  "%s: ExecStart %s is not an installed binary" % (UNITS[s][0], exe))
         print("installed %d files under %s" % (len(got), destdir), flush=True)
     finally:
         shutil.rmtree(destdir, ignore_errors=True)

@@ -17,7 +17,7 @@ int main(void)
 	Suite *const suites[] = {
 		saga_flows_suite(), idempotency_suite(), delivery_suite(),
 		databases_suite(),  http_edges_suite(),  roles_migrations_suite(),
-		admission_suite(),
+		admission_suite(),  sagas_as_data_suite(),
 	};
 
 	return harness_run_all(suites, sizeof(suites) / sizeof(suites[0]));

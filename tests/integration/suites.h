@@ -14,5 +14,6 @@ Suite *databases_suite(void);        /* databases.c */
 Suite *http_edges_suite(void);       /* http_edges.c */
 Suite *roles_migrations_suite(void); /* roles_migrations.c */
 Suite *admission_suite(void);        /* admission.c */
+Suite *sagas_as_data_suite(void);    /* sagas_as_data.c */
 
 #endif

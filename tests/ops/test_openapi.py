@@ -222,6 +222,16 @@ ADMIN = {"Authorization": "Bearer " + ADMIN_TOKEN}
 sy_state = {}
 
 
+def demo_step(n):
+    return {"name": n, "participant": "svc", "command": "Do" + n, "succeeded": n + "Done",
+            "failed": n + "Failed", "compensation": "Undo" + n, "compensated": n + "Undone"}
+
+
+DEMO1 = {"name": "oa-demo", "version": 1, "input": {"ref": {"type": "id"}},
+         "steps": [demo_step("A")]}
+DEMO2 = dict(DEMO1, version=2, steps=[demo_step("A"), demo_step("B")])
+
+
 def admin_calls(o, port_of, tok):
     """The admin API and sign-in, while every service is up."""
     call("orchestrator", o, "GET", "/admin/session", expect=401)
@@ -276,6 +286,34 @@ def admin_calls(o, port_of, tok):
     call("payment", port_of["payment"], "POST", "/admin/faults", {"failRate": 0}, tok,
          expect=200)
 
+    # saga definitions: register, read, migrate
+    defs = "/admin/api/definitions"
+    call("orchestrator", o, "POST", defs, DEMO1, ADMIN, expect=201)
+    call("orchestrator", o, "POST", defs, DEMO1, ADMIN, expect=200)
+    call("orchestrator", o, "POST", defs, dict(DEMO1, steps=[demo_step("B")]), ADMIN,
+         expect=409)
+    call("orchestrator", o, "POST", defs, dict(DEMO1, version=0), ADMIN, expect=400)
+    call("orchestrator", o, "POST", defs, "{", ADMIN, expect=400)
+    call("orchestrator", o, "POST", defs, DEMO2, cookie, expect=403)
+    call("orchestrator", o, "POST", defs, DEMO2, expect=401)
+    call("orchestrator", o, "POST", defs, DEMO2, ADMIN, expect=201)
+    call("orchestrator", o, "GET", defs, headers=ADMIN, expect=200)
+    call("orchestrator", o, "GET", defs, expect=401)
+    call("orchestrator", o, "GET", defs + "/oa-demo/1", headers=ADMIN, expect=200)
+    call("orchestrator", o, "GET", defs + "/oa-demo/9", headers=ADMIN, expect=404)
+    call("orchestrator", o, "GET", defs + "/Oa-demo/1", headers=ADMIN, expect=400)
+    call("orchestrator", o, "GET", defs + "/oa-demo/1", expect=401)
+    migrate = defs + "/oa-demo/migrate"
+    call("orchestrator", o, "POST", migrate, {"fromVersion": 1, "toVersion": 2}, ADMIN,
+         expect=200)
+    call("orchestrator", o, "POST", migrate, {"fromVersion": 1, "toVersion": 9}, ADMIN,
+         expect=404)
+    call("orchestrator", o, "POST", migrate, {"fromVersion": 1}, ADMIN, expect=400)
+    call("orchestrator", o, "POST", migrate, "[", ADMIN, expect=400)
+    call("orchestrator", o, "POST", migrate, {"fromVersion": 1, "toVersion": 2}, cookie,
+         expect=403)
+    call("orchestrator", o, "POST", migrate, {"fromVersion": 1, "toVersion": 2}, expect=401)
+
     # dead letters
     for s, port in port_of.items():
         call(s, port, "GET", "/admin/api/dead-letters", headers=ADMIN, expect=200)
@@ -311,6 +349,12 @@ def admin_calls_db_down(port_of):
     call("orchestrator", o, "GET", "/admin/api/sagas", headers=ADMIN, expect=503)
     call("orchestrator", o, "GET", "/admin/api/sagas/" + new_id(), headers=ADMIN, expect=503)
     call("orchestrator", o, "POST", "/admin/api/sagas/%s/cancel" % new_id(), {"reason": "x"},
+         ADMIN, expect=503)
+    defs = "/admin/api/definitions"
+    call("orchestrator", o, "GET", defs, headers=ADMIN, expect=503)
+    call("orchestrator", o, "POST", defs, dict(DEMO1, version=3), ADMIN, expect=503)
+    call("orchestrator", o, "GET", defs + "/oa-demo/1", headers=ADMIN, expect=503)
+    call("orchestrator", o, "POST", defs + "/oa-demo/migrate", {"fromVersion": 1, "toVersion": 2},
          ADMIN, expect=503)
 
 

@@ -736,6 +736,36 @@ void env_start(struct saga_env *e, enum svc s, const char *const *extra)
 		     READY_TIMEOUT_MS);
 }
 
+int env_run_to_exit(struct saga_env *e, enum svc s, const char *const *extra)
+{
+	char path[PATH_MAX], logp[PATH_MAX];
+	long long deadline = clock_ms() + READY_TIMEOUT_MS;
+	pid_t pid, self = getpid();
+	int status;
+
+	snprintf(path, sizeof(path), "%s/src/%s/saga-%s", env_dir("SAGA_BUILD_DIR"), svc_name[s],
+		 svc_name[s]);
+	if (e->pid[s])
+		ck_abort_msg("%s is already running (pid %ld)", svc_name[s], (long)e->pid[s]);
+	env_log_path(e, s, logp, sizeof(logp));
+	pid = fork();
+	if (pid < 0)
+		ck_abort_msg("fork: %s", strerror(errno));
+	if (pid == 0)
+		exec_service(e, s, path, logp, extra, self);
+	for (;;) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return status;
+		if (http_get_status(e->port[s], "/readyz", 1000) == 200 || clock_ms() >= deadline)
+			break;
+		sleep_ms(READY_POLL_MS);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	print_log_tail(e, s);
+	ck_abort_msg("%s started (or hung) where it had to stop (log above)", svc_name[s]);
+}
+
 void env_start_all(struct saga_env *e)
 {
 	env_start(e, SVC_INV, NULL);

@@ -95,6 +95,12 @@ void env_create(struct saga_env *e);
  * Its stderr goes to <cluster dir>/<dbname>-<service>.log.
  */
 void env_start(struct saga_env *e, enum svc s, const char *const *extra);
+/*
+ * Runs one service as env_start does, for a start that must fail: waits
+ * until it exits and returns its status as from waitpid. Fails the test
+ * when it became ready instead, or still runs after 20 s (it is killed).
+ */
+int env_run_to_exit(struct saga_env *e, enum svc s, const char *const *extra);
 /* That log file's path. */
 void env_log_path(const struct saga_env *e, enum svc s, char *out, size_t len);
 void env_start_all(struct saga_env *e);

@@ -6,10 +6,10 @@
 int main(void)
 {
 	Suite *(*const factories[])(void) = {
-		backoff_suite, envcfg_suite, jsonx_suite, uuid_suite, fsm_suite, breaker_suite, httpd_suite,
+		backoff_suite, envcfg_suite, jsonx_suite, uuid_suite, breaker_suite, httpd_suite,
 		admin_auth_suite, httpc_suite, delivery_policy_suite, mq_nodes_suite, tls_suite, db_params_suite,
 		traceparent_suite,
-		saga_def_suite, saga_machine_suite, admission_suite,
+		saga_def_suite, saga_machine_suite, admission_suite, steps_suite,
 	};
 	SRunner *sr = srunner_create(NULL);
 	size_t i;

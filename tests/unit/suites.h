@@ -8,7 +8,6 @@ Suite *backoff_suite(void);
 Suite *envcfg_suite(void);
 Suite *jsonx_suite(void);
 Suite *uuid_suite(void);
-Suite *fsm_suite(void);
 Suite *breaker_suite(void);
 Suite *httpd_suite(void);
 Suite *admin_auth_suite(void);
@@ -21,6 +20,7 @@ Suite *traceparent_suite(void);
 Suite *saga_def_suite(void);
 Suite *saga_machine_suite(void);
 Suite *admission_suite(void);
+Suite *steps_suite(void);
 
 /* The text of src/orchestrator/definitions/<file> (malloc'd), for the saga suites. */
 char *saga_test_definition(const char *file);

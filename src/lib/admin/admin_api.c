@@ -37,6 +37,12 @@ void admin_reply_json(struct evhttp_request *req, struct json_object *o)
 							      JSON_C_TO_STRING_NOSLASHESCAPE));
 }
 
+void admin_method_not_allowed(struct evhttp_request *req, const char *allow)
+{
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+	httpd_error(req, 405, "method_not_allowed", "only %s here", allow);
+}
+
 struct json_object *admin_parse_db(const char *text)
 {
 	return text ? json_tokener_parse(text) : NULL;

@@ -84,6 +84,12 @@ size_t admin_api_peers(const char *const **names);
 /* Answers 200 with a JSON object (not taken). */
 void admin_reply_json(struct evhttp_request *req, struct json_object *o);
 
+/*
+ * Answers 405 with Allow: allow, for a prefix route whose handler finds
+ * that the path it got is another method's (two routes sharing a prefix).
+ */
+void admin_method_not_allowed(struct evhttp_request *req, const char *allow);
+
 /* Parses JSON text from our own database (trusted); NULL becomes null. */
 struct json_object *admin_parse_db(const char *text);
 

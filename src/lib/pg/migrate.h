@@ -47,6 +47,9 @@ extern const struct migration migrations_payment[];
 extern const size_t migrations_payment_count;
 extern const struct migration migrations_inventory[];
 extern const size_t migrations_inventory_count;
+/* saga-participant's: the generic tables, whatever its schema is called */
+extern const struct migration migrations_participant[];
+extern const size_t migrations_participant_count;
 
 /*
  * Connects with conninfo, applies what is missing (or adopts an earlier

@@ -40,6 +40,17 @@ static void handled(void *arg, PGresult *res, const struct db_error *err)
 	struct log_ctx lc = { .saga_id = c->saga_id, .message_id = c->command_id,
 			      .trace_id = c->trace[0] ? c->trace : NULL };
 
+	if (err->status == DB_SQL_ERROR && strcmp(err->sqlstate, COMMAND_SQLSTATE_INVALID) == 0) {
+		/* "ERROR:  itemId is missing or invalid\nCONTEXT: ...": its first line */
+		const char *msg = err->message, *colon = strstr(msg, ":  ");
+		int len;
+
+		msg = colon ? colon + 3 : msg;
+		len = (int)strcspn(msg, "\n");
+		inmsg_error(c->m, 400, "invalid_field", "%.*s", len > 200 ? 200 : len, msg);
+		free(c);
+		return;
+	}
 	if (err->status != DB_OK) {
 		inmsg_db_error(c->m, err, c->type->name);
 		free(c);
@@ -89,7 +100,7 @@ static void run(struct inmsg m, struct service *service, const char *tail)
 	else if (jsonx_get_uuid(obj, "sagaId", &sid) != 0)
 		bad = "sagaId";
 	else
-		bad = type->extract(obj, params + 2, buf);
+		bad = type->extract(type, obj, params + 2, buf);
 	if (bad) {
 		inmsg_error(m, 400, "invalid_field", "%s is missing or invalid", bad);
 		json_object_put(obj);
@@ -113,7 +124,7 @@ static void run(struct inmsg m, struct service *service, const char *tail)
 	}
 	params[3 + type->nextra] = outbox_lease_ms(service->outbox);
 	/* commits with the commands that wait beside it, in the order of the rows they lock */
-	db_query_grouped(service->pool, type->nextra > 0 ? params[2] : sid, type->sql, 4 + type->nextra,
+	db_query_grouped(service->pool, type->nextra > 0 && !type->by_saga ? params[2] : sid, type->sql, 4 + type->nextra,
 			 params, handled, c);
 	json_object_put(obj);
 }

@@ -6,19 +6,26 @@
  * one call of the type's SQL function, which records the command in the
  * inbox, does the effect and writes the answering event to the outbox in
  * one transaction, claimed for the lease; the event is then sent at once
- * (outbox_send).
+ * (outbox_send). A function that raises SQLSTATE COMMAND_SQLSTATE_INVALID
+ * refuses the command as malformed: 400 invalid_field, its message naming
+ * the field, nothing committed (the generic participant's fields are read
+ * in SQL).
  */
 #ifndef PGSAGA_COMMAND_H
 #define PGSAGA_COMMAND_H
 
 #include <json-c/json.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "transport.h"
 
 struct service;
 
-#define COMMAND_MAX_EXTRA 4
+#define COMMAND_MAX_EXTRA 6
+
+/* Raised by a command's SQL for a bad field: sql/participant/005_participant_functions.sql. */
+#define COMMAND_SQLSTATE_INVALID "SG400"
 
 struct command_type {
 	const char *name; /* "PayCommand" */
@@ -32,15 +39,17 @@ struct command_type {
 	 * Statements are grouped (db_query_grouped, src/lib/pg/db.h), keyed by the
 	 * first extra field, which names the row the handler locks (the
 	 * customer's account, the item's stock), or by the saga id when there
-	 * is none.
+	 * is none or by_saga is set.
 	 */
 	int nextra;
 	/*
 	 * Reads the type's own fields into extra[i] (texts, may point into
 	 * obj or into buf[i]). Returns NULL, or the name of the bad field.
 	 */
-	const char *(*extract)(struct json_object *obj, const char *extra[COMMAND_MAX_EXTRA],
-			       char buf[COMMAND_MAX_EXTRA][32]);
+	const char *(*extract)(const struct command_type *type, struct json_object *obj,
+			       const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32]);
+	const void *arg; /* the type's own data, for extract (may be NULL) */
+	bool by_saga;    /* group by the saga id even with extra fields */
 };
 
 /* Handles one command of type tail (the {Type} part of the path). */

@@ -3,8 +3,8 @@ uses, and a structural check of the document itself.
 
 Supported: $ref (local, "#/..."), type (object, array, string, integer,
 number, boolean), nullable, enum, properties, required,
-additionalProperties (boolean), items, minItems, minLength, maxLength,
-pattern, minimum, maximum, allOf, anyOf, oneOf, and format date-time, uuid
+additionalProperties (boolean), items, minItems, maxItems, minLength,
+maxLength, pattern, minimum, maximum, allOf, anyOf, oneOf, and format date-time, uuid
 and int64. Annotations (description, example, title, x-*) are ignored. Any
 other keyword is an error, so the document cannot use something this
 validator would silently skip.
@@ -14,7 +14,7 @@ import re
 
 ANNOTATIONS = {"description", "example", "title", "deprecated", "readOnly", "writeOnly"}
 KEYWORDS = {"$ref", "type", "nullable", "enum", "properties", "required",
-            "additionalProperties", "items", "minItems", "minLength", "maxLength",
+            "additionalProperties", "items", "minItems", "maxItems", "minLength", "maxLength",
             "pattern", "minimum", "maximum", "allOf", "anyOf", "oneOf", "format"}
 TYPES = {"object", "array", "string", "integer", "number", "boolean"}
 FORMATS = {"date-time", "uuid", "int64"}
@@ -147,6 +147,8 @@ def validate(doc, schema, v, path="$"):
     if isinstance(v, list):
         if "minItems" in schema and len(v) < schema["minItems"]:
             errs.append("%s: fewer than %d items" % (path, schema["minItems"]))
+        if "maxItems" in schema and len(v) > schema["maxItems"]:
+            errs.append("%s: more than %d items" % (path, schema["maxItems"]))
         if "items" in schema:
             for i, item in enumerate(v):
                 errs += validate(doc, schema["items"], item, "%s[%d]" % (path, i))
