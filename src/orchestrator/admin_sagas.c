@@ -426,7 +426,7 @@ static void cancel_state(void *arg, PGresult *res, const struct db_error *err)
 			saga_registry_reload(cancel_reloaded, c);
 			return;
 		}
-		httpd_error(c->req, 503, "unavailable", "the saga's definition is not loaded here");
+		inmsg_unavailable(inmsg_http(c->req)); /* its definition is not loaded yet */
 		cancel_free(c);
 		return;
 	}

@@ -530,7 +530,7 @@ static void sagas_reloaded(void *arg, int rc)
 	if (d)
 		start_checked(h->req, ROUTE_SAGAS, d, h->key);
 	else if (rc != 0)
-		httpd_error(h->req, 503, "unavailable", "the saga definitions could not be read");
+		inmsg_unavailable(inmsg_http(h->req)); /* the definitions could not be read */
 	else
 		httpd_error(h->req, 404, "unknown_saga", "no saga definition is named %s", h->name);
 	free(h);
