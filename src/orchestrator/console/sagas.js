@@ -403,9 +403,11 @@
         ['Qty', fmtNumber(saga.qty)], ['Amount', fmtNumber(saga.amount)]]
       : Object.entries(input).map(([k, v]) => [k, v === '' ? el('span.muted', null, '(empty)')
         : el('span.in-val', null, typeof v === 'number' ? fmtNumber(v) : String(v))]);
+    const item = (k, v, key) => el('div', null, el('dt', { class: key ? 'in-key' : null }, k),
+      el('dd', null, v));
     return el('dl.summary', { class: isOrder ? null : 'any', id: 'saga-input' },
-      fields.concat([['Created', timeEl(saga.createdAt)], ['Updated', timeEl(saga.updatedAt)]])
-        .map(([k, v]) => el('div', null, el('dt', null, k), el('dd', null, v))));
+      fields.map(([k, v]) => item(k, v, !isOrder)),
+      item('Created', timeEl(saga.createdAt)), item('Updated', timeEl(saga.updatedAt)));
   }
 
   /* Its definition's steps, each marked with what it did. */
