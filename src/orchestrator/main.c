@@ -66,6 +66,7 @@ static const struct service_spec spec = {
 	.nroutes = sizeof(routes) / sizeof(routes[0]),
 	.peers = peers,
 	.npeers = sizeof(peers) / sizeof(peers[0]),
+	.participants = true, /* the others': service_destination_add */
 	.admin = &admin_sagas_spec,
 	.consume = saga_handle_event,
 };
