@@ -62,15 +62,6 @@ static bool state_name_valid(const char *s)
 		       n - 7;
 }
 
-/* A definition's name, [a-z][a-z0-9_-]{0,62}, as saga_def.h has it. */
-static bool definition_name_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	return n >= 1 && n <= SAGA_DEF_NAME_MAX && s[0] >= 'a' && s[0] <= 'z' &&
-	       strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
-}
-
 /* "{A,B}" from "A,B" when every one is a state name; else false. */
 static bool states_param(const char *v, char *out, size_t outlen)
 {
@@ -124,7 +115,7 @@ static const char *list_bad(struct list_params *p, char *states, size_t slen, ch
 		return "stuckSeconds";
 	if (p->v[6] && (!digits(p->v[6], 1, 3) || atoi(p->v[6]) < 1 || atoi(p->v[6]) > 500))
 		return "limit";
-	if (p->v[8] && !definition_name_valid(p->v[8]))
+	if (p->v[8] && !saga_def_name_valid(p->v[8], strlen(p->v[8])))
 		return "definition";
 	if (cur) {
 		dot = strchr(cur, '.');
