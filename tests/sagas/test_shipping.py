@@ -23,7 +23,9 @@ its effects are read from each participant's own tables:
   then the same undo;
 - (http) a definition whose participant, nowhere, has no NOWHERE_URL: its
   command is a dead letter in orchestrator.outbox_messages whose last_error
-  names NOWHERE_URL.
+  names NOWHERE_URL;
+- shipping SIGKILLed while it holds the commands of sagas waiting at it,
+  and started again: each completes, shipped once, answered once.
 
 At the end: every saga is terminal, scripts/audit (sql/audit.sql) is clean,
 each Completed saga of order-with-shipping has its payment captured, its
@@ -273,6 +275,39 @@ def flows(run, transport):
             checks.ok(got and got["state"] == "PendingParcel", "no-url: the saga %s" % got)
 
 
+KILLED = 5  # sagas in flight at shipping when it is SIGKILLed
+
+
+def shipping_killed(run):
+    """shipping SIGKILLed while it holds commands (answering late), then
+    started again: each saga completes, shipped once."""
+    sy = run.sy
+    checks.ok(sy.faults("shipping", delayMs=SHIP_DELAY_MS).status == 200, "shipping slowed")
+    sagas = [run.start("killed-%d" % i, "order-with-shipping", body(address="%d Kill St" % i))
+             for i in range(KILLED)]
+    sagas = [s for s in sagas if s]
+    for s in sagas:
+        got = run.wait(s, ("PendingShipping",) + TERMINAL)
+        checks.ok(got and got["state"] == "PendingShipping", "killed: not at shipping: %s" % got)
+    proc = sy.procs["shipping"]
+    proc.kill()
+    proc.wait()
+    # started again without the delay (a run-time setting, gone with the process)
+    sy.start_service("shipping")
+    sy.wait_ready("shipping")
+    for i, s in enumerate(sagas):
+        got = run.finished("killed-%d" % i, "Completed")
+        if got:
+            checks.ok(effects(run, s) == ("captured", "reserved", "shipped"),
+                      "killed %d: effects %s" % (i, effects(run, s)))
+            rows = sy.psql("SELECT status FROM shipping.participant_steps WHERE saga_id = '%s'"
+                           % s)
+            checks.ok(rows == [["succeeded"]], "killed %d: shipping's steps %s" % (i, rows))
+            n = sy.scalar("SELECT count(*) FROM shipping.outbox_messages "
+                          "WHERE payload->>'sagaId' = '%s'" % s)
+            checks.ok(n == "1", "killed %d: shipping answered %s times" % (i, n))
+
+
 def afterwards(run):
     """What holds once everything has settled."""
     sy = run.sy
@@ -293,7 +328,8 @@ def afterwards(run):
         "  LEFT JOIN inventory.reservations r USING (saga_id)"
         "  LEFT JOIN shipping.shipments sh USING (saga_id)"
         " WHERE s.definition_name LIKE 'order-with-shipping%'")
-    checks.ok(len(rows) == 6, "six sagas of order-with-shipping: %s" % rows)
+    checks.ok(len(rows) == 6 + KILLED, "%d sagas of order-with-shipping: %s"
+              % (6 + KILLED, rows))
     for saga, state, pay, res, ship in rows:
         if state == "Completed":
             checks.ok((pay, res, ship) == ("captured", "reserved", "shipped"),
@@ -331,6 +367,7 @@ def main():
     with ShippingSystem("sagas-" + args.transport, args.transport, defs, env) as sy:
         run = Run(sy)
         flows(run, args.transport)
+        shipping_killed(run)
         afterwards(run)
     checks.done()
 
