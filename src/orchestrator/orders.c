@@ -536,22 +536,13 @@ static void sagas_reloaded(void *arg, int rc)
 	free(h);
 }
 
-static bool name_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n < 1 || n > SAGA_DEF_NAME_MAX || s[0] < 'a' || s[0] > 'z')
-		return false;
-	return strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
-}
-
 void sagas_post(struct evhttp_request *req, void *svc, const char *tail)
 {
 	const struct saga_def *d;
 	struct held_start *h;
 	char key[256];
 
-	if (!name_valid(tail)) {
+	if (!saga_def_name_valid(tail, strlen(tail))) {
 		httpd_error(req, 404, "unknown_saga", "no saga definition has this name");
 		return;
 	}

@@ -319,6 +319,31 @@ def admin_calls(o, port_of, tok):
          expect=403)
     call("orchestrator", o, "POST", migrate, {"fromVersion": 1, "toVersion": 2}, expect=401)
 
+    # a saga of another definition in the list and in detail (written
+    # straight into the table: oa-demo's participant does not exist)
+    other = new_id()
+    sy_state["psql"](
+        "INSERT INTO orchestrator.saga_instances (saga_id, state, version, definition_name,"
+        " definition_version, input, outputs) VALUES ('%s', 'PendingB', 2, 'oa-demo', 2,"
+        " '{\"ref\": \"r-1\"}', '{\"A\": {\"receipt\": \"x-1\", \"n\": 3}}');"
+        "INSERT INTO orchestrator.saga_history (saga_id, version, from_state, to_state, cause)"
+        " VALUES ('%s', 1, NULL, 'PendingA', 'SagaStarted'),"
+        " ('%s', 2, 'PendingA', 'PendingB', 'ADone')" % (other, other, other))
+    r = call("orchestrator", o, "GET", "/admin/api/sagas?definition=oa-demo", headers=ADMIN,
+             expect=200)
+    got = r.json() if r.status == 200 else {}
+    checks.ok([x.get("sagaId") for x in got.get("sagas", [])] == [other]
+              and got["sagas"][0].get("definition") == {"name": "oa-demo", "version": 2}
+              and got.get("counts", {}).get("PendingB") == 1,
+              "definition=oa-demo lists its saga and counts its state: %r" % r)
+    call("orchestrator", o, "GET", "/admin/api/sagas?state=PendingB,Completed", headers=ADMIN,
+         expect=200)
+    call("orchestrator", o, "GET", "/admin/api/sagas?definition=Oa", headers=ADMIN, expect=400)
+    r = call("orchestrator", o, "GET", "/admin/api/sagas/" + other, headers=ADMIN, expect=200)
+    checks.ok(r.status == 200 and r.json().get("input") == {"ref": "r-1"}
+              and r.json().get("outputs", {}).get("A", {}).get("n") == 3,
+              "the detail has the saga's input and outputs: %r" % r)
+
     # dead letters
     for s, port in port_of.items():
         call(s, port, "GET", "/admin/api/dead-letters", headers=ADMIN, expect=200)
@@ -557,6 +582,7 @@ def main():
 
         # --- the admin API
         sy_state["completed"] = s1 or new_id()
+        sy_state["psql"] = sy.psql
         admin_calls(o, port_of, tok)
 
         # --- the container health check follows /readyz
