@@ -628,9 +628,17 @@ def amqp_run(stack, services, timings):
     for s in SAGA_SERVICES:
         r = stack.docker_exec(s, "printenv", "TRANSPORT")
         checks.ok(r.stdout.strip() == "amqp", "%s has TRANSPORT=amqp (%r)" % (s, r.stdout))
-    r = stack.request("GET", "/readyz")
-    checks.ok(r.status == 200 and (r.json() if r.body else {}).get("broker") == "up",
-              "orchestrator /readyz: 200, broker up (%r)" % r)
+    # healthy is /readyz's 200, which does not wait for the broker: the
+    # services may still be in their reconnection backoff (up to 5 s) when
+    # RabbitMQ is the last to be ready
+    end = time.monotonic() + 60
+    while True:
+        r = stack.request("GET", "/readyz")
+        up = r.status == 200 and (r.json() if r.body else {}).get("broker") == "up"
+        if up or time.monotonic() > end:
+            break
+        time.sleep(0.5)
+    checks.ok(up, "orchestrator /readyz: 200, broker up (%r)" % r)
     stock = seeded_stock()
     for item in ("A001", "B001"):
         want = "Completed" if stock.get(item, 0) >= 1 else "Compensated"
