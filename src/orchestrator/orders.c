@@ -714,7 +714,13 @@ void orders_open(struct service *service, struct admission *adm, int64_t step_ti
 		 int64_t idempotency_ttl_s)
 {
 	struct timeval every = { 60, 0 };
+	/* admission off: the count feeds only the saga_inflight gauge, every 5 s */
 	struct timeval count_every = { 0, ADMISSION_REFRESH_MS * 1000 };
+
+	if (admission_limit(adm) == 0) {
+		count_every.tv_sec = 5;
+		count_every.tv_usec = 0;
+	}
 
 	R.service = service;
 	R.adm = adm;
