@@ -1,4 +1,4 @@
-# One image for the three pgsaga services; the command picks the service:
+# One image for the pgsaga services; the command picks the service:
 #
 #   docker build -t pgsaga .
 #   docker run --rm pgsaga saga-payment --help
@@ -6,9 +6,10 @@
 # Stage 1 builds with meson on Debian bookworm. Stage 2 is bookworm-slim with
 # only the runtime libraries (libpq5, libevent-2.1-7, libevent-openssl-2.1-7,
 # libssl3, libjson-c5, librabbitmq4), the openssl command (the health check
-# over HTTPS), the three binaries and a health check script, run as an
-# unprivileged user.
-# Migrations are compiled into the binaries, so nothing else is copied.
+# over HTTPS), the four binaries (saga-participant runs a participant made of
+# SQL functions, such as sql/shipping/), the shipped saga definitions (for
+# SAGA_DEFINITIONS_DIR) and a health check script, run as an unprivileged
+# user. Migrations are compiled into the binaries.
 
 FROM debian:bookworm AS build
 
@@ -24,7 +25,7 @@ LABEL org.pgsaga.stage=build
 WORKDIR /src
 # The top meson.build names tests/ and deploy/ as subdirs and installs the
 # README, the CHANGELOG and docs/, so they must be here even though only the
-# three services are built (tests/docs names scripts/settings-doc).
+# services are built (tests/docs names scripts/settings-doc).
 COPY meson.build meson_options.txt README.md CHANGELOG.md ./
 COPY sql/ sql/
 COPY src/ src/
@@ -41,11 +42,12 @@ ARG PGSAGA_COMMIT=
 
 RUN if [ -n "$PGSAGA_COMMIT" ]; then echo "$PGSAGA_COMMIT" >COMMIT; fi \
 	&& meson setup /build --buildtype=release \
-	&& meson compile -C /build saga-orchestrator saga-payment saga-inventory \
+	&& meson compile -C /build saga-orchestrator saga-payment saga-inventory saga-participant \
 	&& install -D -s -m 0755 -t /out \
 		/build/src/orchestrator/saga-orchestrator \
 		/build/src/payment/saga-payment \
-		/build/src/inventory/saga-inventory
+		/build/src/inventory/saga-inventory \
+		/build/src/participant/saga-participant
 
 
 FROM debian:bookworm-slim
@@ -65,11 +67,14 @@ COPY --from=build /out/ /usr/local/bin/
 # top of the libssl3 the services link anyway).
 COPY docker/healthcheck.sh /usr/local/bin/saga-healthcheck
 RUN chmod 0755 /usr/local/bin/saga-healthcheck
+# The shipped saga definitions: the orchestrator registers them at start with
+# SAGA_DEFINITIONS_DIR=/usr/local/share/pgsaga/definitions (docker-compose.yml).
+COPY src/orchestrator/definitions/ /usr/local/share/pgsaga/definitions/
 
 # A service's own default address is 127.0.0.1:808x, unreachable from
 # outside a container: listen on all interfaces unless told otherwise.
 ENV LISTEN_ADDR=0.0.0.0:8080
-EXPOSE 8080 8081 8082
+EXPOSE 8080 8081 8082 8083
 
 # Numeric, so that runAsNonRoot-style checks can verify it without /etc/passwd.
 USER 10001:10001

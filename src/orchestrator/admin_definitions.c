@@ -130,17 +130,6 @@ void admin_definitions_list(struct evhttp_request *req, void *svc, const char *t
 
 /* --- /admin/api/definitions/{name}/... ---------------------------------- */
 
-/* The definition name pattern of saga_def.h: [a-z][a-z0-9_-]{0,62}. */
-static bool name_valid(const char *s, size_t n)
-{
-	if (n < 1 || n > SAGA_DEF_NAME_MAX || s[0] < 'a' || s[0] > 'z')
-		return false;
-	for (size_t i = 1; i < n; i++)
-		if (!strchr("abcdefghijklmnopqrstuvwxyz0123456789_-", s[i]) || !s[i])
-			return false;
-	return true;
-}
-
 /* A version in a path: 1-2147483647, in decimal digits. */
 static bool version_parse(const char *s, int32_t *out)
 {
@@ -170,7 +159,7 @@ static bool split_tail(struct evhttp_request *req, const char *tail,
 		httpd_error(req, 404, "not_found", "no such endpoint");
 		return false;
 	}
-	*name_ok = name_valid(tail, (size_t)(slash - tail));
+	*name_ok = saga_def_name_valid(tail, (size_t)(slash - tail));
 	snprintf(name, SAGA_DEF_NAME_MAX + 2, "%.*s", *name_ok ? (int)(slash - tail) : 0, tail);
 	*rest = slash + 1;
 	return true;

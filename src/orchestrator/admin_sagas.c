@@ -22,9 +22,10 @@
 
 /* --- GET /admin/api/sagas ------------------------------------------------ */
 
-/* See admin_sagas() in sql/orchestrator/005_saga_functions.sql. */
+/* See admin_sagas_v2() in sql/orchestrator/009_admin_definitions_list.sql. */
 static const char list_sql[] =
-	"SELECT admin_sagas($1::text[], $2, $3, $4, $5, $6::int, $7::int, $8::bigint, $9::uuid)::text";
+	"SELECT admin_sagas_v2($1::text[], $2, $3, $4, $5, $6::int, $7::int, $8::bigint, $9::uuid,"
+	"                      $10)::text";
 
 static bool digits(const char *s, size_t min, size_t max)
 {
@@ -81,16 +82,20 @@ static bool states_param(const char *v, char *out, size_t outlen)
 	return n > 0;
 }
 
+#define LIST_PARAMS 9
+
 struct list_params {
-	char *v[8]; /* state customerId itemId since until stuckSeconds limit cursor */
+	/* state customerId itemId since until stuckSeconds limit cursor definition */
+	char *v[LIST_PARAMS];
 };
 
-static const char *const list_names[8] = { "state", "customerId", "itemId", "since",
-					   "until", "stuckSeconds", "limit", "cursor" };
+static const char *const list_names[LIST_PARAMS] = { "state", "customerId",   "itemId",
+						     "since", "until",	      "stuckSeconds",
+						     "limit", "cursor",	      "definition" };
 
 static void list_params_free(struct list_params *p)
 {
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < LIST_PARAMS; i++)
 		free(p->v[i]);
 }
 
@@ -110,6 +115,8 @@ static const char *list_bad(struct list_params *p, char *states, size_t slen, ch
 		return "stuckSeconds";
 	if (p->v[6] && (!digits(p->v[6], 1, 3) || atoi(p->v[6]) < 1 || atoi(p->v[6]) > 500))
 		return "limit";
+	if (p->v[8] && !saga_def_name_valid(p->v[8], strlen(p->v[8])))
+		return "definition";
 	if (cur) {
 		dot = strchr(cur, '.');
 		if (!dot || dot - cur > 19 || !uuid_valid(dot + 1))
@@ -156,7 +163,7 @@ static void list_sagas(struct evhttp_request *req, void *svc, const char *tail)
 	const char *bad;
 	bool answered = false;
 
-	for (int i = 0; i < 8 && !answered; i++)
+	for (int i = 0; i < LIST_PARAMS && !answered; i++)
 		p.v[i] = admin_param(req, list_names[i], 200, &answered);
 	if (answered) {
 		list_params_free(&p);
@@ -168,17 +175,19 @@ static void list_sagas(struct evhttp_request *req, void *svc, const char *tail)
 		list_params_free(&p);
 		return;
 	}
-	const char *params[9] = {
+	const char *params[10] = {
 		p.v[0] ? states : NULL, p.v[1], p.v[2], p.v[3], p.v[4], p.v[5],
 		p.v[6] ? p.v[6] : "50",	p.v[7] ? cursor_us : NULL, p.v[7] ? cursor_id : NULL,
+		p.v[8],
 	};
-	db_query(service->pool, list_sql, 9, params, list_done, req);
+	db_query(service->pool, list_sql, 10, params, list_done, req);
 	list_params_free(&p);
 }
 
 /* --- GET /admin/api/sagas/{id} ----------------------------------------- */
 
-static const char saga_sql[] = "SELECT admin_saga($1)::text";
+/* See admin_saga_v2() in sql/orchestrator/009_admin_definitions_list.sql. */
+static const char saga_sql[] = "SELECT admin_saga_v2($1)::text";
 
 struct detail {
 	struct service *service;
@@ -408,7 +417,7 @@ static void cancel_state(void *arg, PGresult *res, const struct db_error *err)
 			saga_registry_reload(cancel_reloaded, c);
 			return;
 		}
-		httpd_error(c->req, 503, "unavailable", "the saga's definition is not loaded here");
+		inmsg_unavailable(inmsg_http(c->req)); /* its definition is not loaded yet */
 		cancel_free(c);
 		return;
 	}

@@ -1,10 +1,12 @@
 /*
  * admin_sagas: the orchestrator's own part of the admin API (docs/protocol.md, "admin API"):
- *   GET  /admin/api/sagas               a page of sagas, counts per state
- *   GET  /admin/api/sagas/{id}          a saga, its history and messages from
- *                                       all three services, payment, reservation
+ *   GET  /admin/api/sagas               a page of sagas of any definition (or
+ *                                       of one: definition=NAME), counts per state
+ *   GET  /admin/api/sagas/{id}          a saga, its definition, input, outputs,
+ *                                       history and messages from all three
+ *                                       services, payment, reservation
  *   POST /admin/api/sagas/{id}/cancel   compensate a saga that has not finished
- * Cancelling applies the Cancelled transition (saga_fsm) through the same
+ * Cancelling applies the Cancelled transition (saga_machine) through the same
  * guarded transition as events and deadlines (saga_engine.h), with the reason
  * recorded in saga_cancellations in the same transaction.
  */

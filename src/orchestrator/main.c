@@ -66,9 +66,21 @@ static const struct service_spec spec = {
 	.nroutes = sizeof(routes) / sizeof(routes[0]),
 	.peers = peers,
 	.npeers = sizeof(peers) / sizeof(peers[0]),
+	.participants = true, /* the others': service_destination_add */
 	.admin = &admin_sagas_spec,
 	.consume = saga_handle_event,
 };
+
+/* A definition loaded: its participants become destinations (<NAME>_URL, pgsaga.<name>). */
+static void open_participants(const struct saga_def *d, void *arg)
+{
+	char err[256];
+
+	for (size_t i = 0; i < d->n_steps; i++)
+		if (service_destination_add(arg, d->steps[i].participant, err, sizeof(err)) != 0)
+			log_error("saga %s version %d, step %s: %s", d->name, (int)d->version,
+				  d->steps[i].name, err);
+}
 
 int main(int argc, char **argv)
 {
@@ -88,6 +100,7 @@ int main(int argc, char **argv)
 		service_free(&O.service);
 		return 1;
 	}
+	saga_registry_watch(open_participants, &O.service);
 	admission_init(&O.admission, O.max_inflight, O.step_timeout_ms, monotime_ms());
 	saga_engine_open(&O.service, &O.admission, O.step_timeout_ms);
 	orders_open(&O.service, &O.admission, O.step_timeout_ms, O.idempotency_ttl_s);

@@ -530,19 +530,10 @@ static void sagas_reloaded(void *arg, int rc)
 	if (d)
 		start_checked(h->req, ROUTE_SAGAS, d, h->key);
 	else if (rc != 0)
-		httpd_error(h->req, 503, "unavailable", "the saga definitions could not be read");
+		inmsg_unavailable(inmsg_http(h->req)); /* the definitions could not be read */
 	else
 		httpd_error(h->req, 404, "unknown_saga", "no saga definition is named %s", h->name);
 	free(h);
-}
-
-static bool name_valid(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n < 1 || n > SAGA_DEF_NAME_MAX || s[0] < 'a' || s[0] > 'z')
-		return false;
-	return strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_-") == n;
 }
 
 void sagas_post(struct evhttp_request *req, void *svc, const char *tail)
@@ -551,7 +542,7 @@ void sagas_post(struct evhttp_request *req, void *svc, const char *tail)
 	struct held_start *h;
 	char key[256];
 
-	if (!name_valid(tail)) {
+	if (!saga_def_name_valid(tail, strlen(tail))) {
 		httpd_error(req, 404, "unknown_saga", "no saga definition has this name");
 		return;
 	}

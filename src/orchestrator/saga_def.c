@@ -46,6 +46,12 @@ static bool word_ok(const char *s, size_t len, size_t max, enum word_class k)
 	return true;
 }
 
+bool saga_def_name_valid(const char *s, size_t len)
+{
+	return len > 0 && s[0] >= 'a' && s[0] <= 'z' &&
+	       word_ok(s, len, SAGA_DEF_NAME_MAX, WORD_LOWER);
+}
+
 /* ---- errors ---- */
 
 struct compile {

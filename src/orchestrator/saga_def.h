@@ -101,6 +101,9 @@ saga_def_compile(struct json_object *doc, char *err, size_t errlen);
 
 void saga_def_free(struct saga_def *d);
 
+/* True when s (len bytes) is a definition's name: [a-z][a-z0-9_-]{0,62}. */
+bool saga_def_name_valid(const char *s, size_t len);
+
 /* The index of the step named name, or -1. */
 int saga_def_step(const struct saga_def *d, const char *name);
 

@@ -413,8 +413,7 @@ static void event_done(struct transition *t, enum saga_outcome o)
 			inmsg_error(m, 404, "unknown_type",
 				    "the saga's definition has no event type %s", t->type);
 		} else if (strcmp(t->why, "unknown_definition") == 0) {
-			inmsg_error(m, 503, "unavailable",
-				    "the saga's definition is not registered yet; try again");
+			inmsg_unavailable(m); /* its definition is not loaded yet: later */
 		} else {
 			snprintf(body, sizeof(body), "{\"ignored\":true,\"reason\":\"%s\"}", t->why);
 			inmsg_reply(m, 200, body);

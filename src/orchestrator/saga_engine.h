@@ -4,7 +4,7 @@
  * participants send back (POST /events/{type}, or the broker), a step's
  * deadline passing (StepTimeout, found by a sweep on a timer), and an
  * operator's cancellation (admin_sagas.c). Each transition is one call of
- * saga_advance (sql/orchestrator/007), guarded by the saga's state and
+ * saga_advance (sql/orchestrator/007_saga_engine.sql), guarded by the saga's state and
  * version, that records the message in the inbox, writes the history row
  * and the next command's outbox row in one transaction; the command is then
  * sent at once.

@@ -32,6 +32,8 @@ static struct {
 	size_t n, cap;
 	bool reading;
 	struct waiter *waiting; /* for the read under way */
+	void (*added)(const struct saga_def *d, void *arg); /* saga_registry_watch */
+	void *added_arg;
 } G;
 
 /*
@@ -127,7 +129,18 @@ static const struct saga_def *add(const char *text, size_t len, char *err, size_
 	if (!G.v[G.n].json)
 		abort();
 	json_object_put(doc);
-	return G.v[G.n++].def;
+	G.n++;
+	if (G.added)
+		G.added(d, G.added_arg);
+	return d;
+}
+
+void saga_registry_watch(void (*added)(const struct saga_def *d, void *arg), void *arg)
+{
+	G.added = added;
+	G.added_arg = arg;
+	for (size_t i = 0; i < G.n; i++)
+		added(G.v[i].def, arg);
 }
 
 /* --- at start ---------------------------------------------------------- */

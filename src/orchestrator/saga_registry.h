@@ -47,6 +47,13 @@ const struct saga_def *saga_registry_at(size_t i);
 const char *saga_registry_json(const struct saga_def *d);
 
 /*
+ * added(d, arg) is called for every definition loaded, those loaded already
+ * (at once) and those added later (the orchestrator opens the destinations
+ * of their participants). One watcher.
+ */
+void saga_registry_watch(void (*added)(const struct saga_def *d, void *arg), void *arg);
+
+/*
  * Reads the table again and adds the definitions that are new. done(arg)
  * follows once, never from inside this call, with 0 or -1 (the database
  * could not be read); done may be NULL. Calls while a read is under way

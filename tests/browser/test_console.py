@@ -3,7 +3,9 @@ driven over the DevTools protocol against the real services and a real
 PostgreSQL, as an operator would use it.
 
 Data: completed sagas, a declined payment (Failed), one without stock
-(Compensated), dead letters (payment fails every command for a while and
+(Compensated), sagas of a second definition (stock-first: the stock, then
+the payment; version 1 from SAGA_DEFINITIONS_DIR, version 2 registered
+through the admin API), one completed and one compensated, dead letters (payment fails every command for a while and
 the orchestrator gives up after 3 attempts; their sagas wait in
 PendingPayment, one of them made to look stuck for 10 minutes), a dead
 letter refused with 404 by the orchestrator, and values that hold markup:
@@ -12,11 +14,16 @@ a customerId and an error text of the form <img src=x onerror=...>.
 Then, in the browser: sign in (a wrong token first) with the keyboard
 alone; the keyboard reaches every section with a visible focus; the
 delivery health per service and peer matches the outbox tables; the saga
-list's counts match the table, a state chip filters, a customer filter
-finds the compensated saga, pages of 4 walk forward and back; that saga's
+list's counts match the table, each saga's definition and version are
+shown, a state chip filters, a customer filter finds the compensated saga,
+pages of 4 walk forward and back; the definition select (filled from the
+definitions) keeps one definition's sagas; the Definitions page draws each
+definition's versions as their lines of steps; the compensated saga's
 timeline shows exactly its saga_history (forward and compensation told
-apart), its payment and reservation, its raw JSON, and survives a reload
-of its deep link; the stuck saga is found with "stuck for more than 5
+apart), its steps as its definition has them, each marked with what it
+did, its payment and reservation, its raw JSON, and survives a reload of
+its deep link; a stock-first saga's page follows its own definition (its
+steps, its states, its messages under them, its input and outputs); the stuck saga is found with "stuck for more than 5
 minutes", cancelled with a reason after a confirmation, and the page
 (auto-refresh on) shows it reach Compensated with cause Cancelled; in the
 dead letters, one is retried alone, then a selection of two, then the
@@ -32,6 +39,7 @@ Screenshots of each page at 1280 and 390 px wide are kept in
 import json
 import os
 import sys
+import tempfile
 import time
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
@@ -48,15 +56,33 @@ DEAD = 6  # sagas whose PayCommand dies: retried 1, then 2 selected, then a grou
 STATES = ("PendingPayment", "PendingInventory", "Compensating", "Completed", "Failed",
           "Compensated")
 WIDTHS = (1280, 390)
+STOCK_FIRST = {
+    "name": "stock-first", "version": 1,
+    "input": {"customerId": {"type": "id"}, "itemId": {"type": "id"},
+              "qty": {"type": "integer", "min": 1, "max": 10},
+              "amount": {"type": "integer", "min": 1, "max": 100000000},
+              "note": {"type": "string", "maxLength": 40}},
+    "steps": [
+        {"name": "Stock", "participant": "inventory", "command": "ReserveInventoryCommand",
+         "fields": ["itemId", "qty"], "succeeded": "InventoryReserved",
+         "failed": "InventoryReservationFailed", "compensation": "ReleaseInventoryCommand",
+         "compensated": "InventoryReleased"},
+        {"name": "Charge", "participant": "payment", "command": "PayCommand",
+         "fields": ["customerId", "amount"], "succeeded": "PaymentSucceeded",
+         "failed": "PaymentFailed", "compensation": "RefundPaymentCommand",
+         "compensated": "PaymentRefunded"}]}
+# version 2: the same steps, the payment with its own deadline
+STOCK_FIRST_2 = dict(STOCK_FIRST, version=2, steps=[
+    STOCK_FIRST["steps"][0], dict(STOCK_FIRST["steps"][1], deadlineMs=90000)])
 ARTEFACTS = os.path.join(core.BUILD, "tests", "browser-artefacts")
 
 c = core.Checks("browser-console")
 
 
-def services_env():
+def services_env(defs_dir):
     common = {"ADMIN_TOKEN": ADMIN_TOKEN}
     orch = dict(common, RETRY_MAX_ATTEMPTS="3", RETRY_BASE_MS="20", RETRY_CAP_MS="100",
-                BREAKER_OPEN_MS="300", STEP_TIMEOUT_MS="600000")
+                BREAKER_OPEN_MS="300", STEP_TIMEOUT_MS="600000", SAGA_DEFINITIONS_DIR=defs_dir)
     return {"orchestrator": orch, "payment": dict(common), "inventory": dict(common)}
 
 
@@ -67,8 +93,17 @@ def faults(s, rate):
         core.die("POST /admin/faults: %r" % r)
 
 
-def make_data(s):
-    """Sagas in every terminal state, dead letters, and markup in data."""
+def start_stock_first(s, key, body):
+    r = core.request(s.ports["orchestrator"], "POST", "/sagas/stock-first", body,
+                     {"Idempotency-Key": key})
+    if r.status != 201:
+        core.die("POST /sagas/stock-first: %r" % r)
+    return r.json()["sagaId"]
+
+
+def make_data(s, ctx):
+    """Sagas in every terminal state, of two definitions, dead letters, and
+    markup in data."""
     s.psql("INSERT INTO inventory.stock (item_id, available) VALUES ('A001', 1000), "
            "('B002', 50), ('Z999', 0) ON CONFLICT (item_id) DO UPDATE SET available = excluded.available")
     s.psql("INSERT INTO payment.accounts (customer_id, balance, starting_balance) VALUES ('poor', 10, 10)")
@@ -79,8 +114,21 @@ def make_data(s):
             core.die("POST /orders: %r" % r)
     s.order("comp-1", customer="c-9", item="Z999")
     s.order("fail-1", customer="poor")
+    # stock-first: version 1 from SAGA_DEFINITIONS_DIR, version 2 through
+    # the admin API; the sagas started before version 2 run version 1
+    ctx["sf-done"] = start_stock_first(s, "sf-1", {"customerId": "c-2", "itemId": "A001",
+                                                   "qty": 2, "amount": 900, "note": "gift wrap"})
+    ctx["sf-comp"] = start_stock_first(s, "sf-2", {"customerId": "poor", "itemId": "B002",
+                                                   "qty": 1, "amount": 500, "note": ""})
     if not s.wait_terminal(60):
         core.die("the first sagas did not finish")
+    r = core.request(s.ports["orchestrator"], "POST", "/admin/api/definitions", STOCK_FIRST_2,
+                     {"Authorization": "Bearer " + ADMIN_TOKEN})
+    if r.status != 201:
+        core.die("POST /admin/api/definitions: %r" % r)
+    # what a step's succeeded event may carry, kept with the saga
+    s.psql("UPDATE orchestrator.saga_instances SET outputs = '{\"Stock\": {\"shelf\": \"B-4\","
+           " \"units\": 2}}' WHERE saga_id = '%s'" % ctx["sf-done"])
     # Dead letters: payment answers 500 to everything until the
     # orchestrator has given up on three PayCommands.
     faults(s, 1.0)
@@ -181,7 +229,7 @@ def keyboard(p, base):
             break
     c.ok(seen and seen[0]["text"] == "Skip to content", "Tab first reaches the skip link: %r" % seen[:1])
     navs = [s["nav"] for s in seen if s["nav"]]
-    c.ok(navs == ["sagas", "dead-letters", "deliveries"],
+    c.ok(navs == ["sagas", "definitions", "dead-letters", "deliveries"],
          "Tab walks through the sections in order: %r" % navs)
     c.ok(all(s["ring"] for s in seen), "every focused element shows a focus ring: %r"
          % [s["text"] for s in seen if not s["ring"]])
@@ -245,6 +293,15 @@ def saga_list(p, s, ctx):
     newest = s.psql("SELECT saga_id FROM orchestrator.saga_instances "
                     "ORDER BY created_at DESC, saga_id DESC")
     c.ok(ids == [r[0] for r in newest], "the list is every saga, newest first")
+    # Each saga's definition and version.
+    shown = p.eval("Array.from(document.querySelectorAll('#saga-table tbody tr')).map("
+                   "function(r){return [r.dataset.sagaId, r.querySelector('td.def').textContent];})")
+    want = dict(s.psql("SELECT saga_id, definition_name || ' v' || definition_version "
+                       "FROM orchestrator.saga_instances"))
+    c.ok(len(shown) == len(want) and all(want.get(i) == t for i, t in shown),
+         "each row shows its saga's definition and version: %r" % shown[:3])
+    c.ok(sorted(set(t for _, t in shown)) == ["order v1", "stock-first v1"],
+         "two definitions in the list: %r" % sorted(set(t for _, t in shown)))
     # The markup in a customer id is shown as its characters.
     cust = p.texts("#saga-table td.cust")
     c.ok(XSS in cust, "the customer id %r is shown as text: %r" % (XSS, cust[-3:]))
@@ -287,6 +344,108 @@ def saga_list(p, s, ctx):
     c.ok(table_ids(p) == pages[-2], "Newer goes back one page")
 
 
+def definition_filter(p, s):
+    """The definition select holds the definitions registered, and keeps
+    the sagas of the one chosen."""
+    wait_list(p, "#/sagas")
+    p.wait_js("document.getElementById('f-definition').dataset.loaded === 'true'",
+              what="the definitions in the select")
+    opts = p.eval("Array.from(document.querySelectorAll('#f-definition option'))"
+                  ".map(function(o){return o.value;})")
+    c.ok(opts == ["", "order", "stock-first"], "the select offers every definition: %r" % opts)
+    p.eval("var e = document.getElementById('f-definition'); e.value = 'stock-first';"
+           "e.dispatchEvent(new Event('change'))")
+    wait_view(p, "#/sagas?definition=stock-first")
+    want = [r[0] for r in s.psql("SELECT saga_id FROM orchestrator.saga_instances WHERE "
+                                 "definition_name = 'stock-first' ORDER BY created_at DESC, saga_id DESC")]
+    c.ok(table_ids(p) == want and len(want) == 2,
+         "choosing stock-first keeps its sagas: %r, want %r" % (table_ids(p), want))
+    c.ok(p.eval("document.getElementById('f-definition').value") == "stock-first",
+         "the select shows the definition chosen")
+    chips = p.eval("""(function(){var o={};document.querySelectorAll('.chip').forEach(function(c){
+        o[c.dataset.state]=c.querySelector('.count').textContent;});return o;})()""")
+    c.ok(chips.get("Completed") == "1" and chips.get("Compensated") == "1" and chips.get("all") == "2",
+         "the counts are stock-first's: %r" % chips)
+    c.ok("PendingPayment" not in chips, "the order saga's running states are left out: %r" % chips)
+    shots(p, "sagas-stock-first")
+
+
+def definitions_page(p, s):
+    """Each definition, its versions newest first, each drawn as its steps."""
+    p.click("[data-nav=definitions]")
+    p.wait_for("#page-definitions[data-loaded] .def-card")
+    names = p.eval("Array.from(document.querySelectorAll('.def-card')).map(function(e){return e.dataset.name;})")
+    c.ok(names == ["order", "stock-first"], "one card per definition: %r" % names)
+
+    def line(sel):
+        return p.eval("""Array.from(document.querySelectorAll(%s)).map(function(li){
+            return [li.dataset.step, li.querySelector('.def-participant').textContent,
+                    li.querySelector('.def-command').textContent,
+                    li.querySelector('.def-compensation').textContent];})""" % json.dumps(sel))
+    for name, version in (("order", 1), ("stock-first", 2)):
+        doc = json.loads(s.scalar("SELECT definition FROM orchestrator.saga_definitions WHERE "
+                                  "name = '%s' AND version = %d" % (name, version)))
+        want = [[st["name"], st["participant"], st["command"], st["compensation"]]
+                for st in doc["steps"]]
+        got = line("#def-%s .def-version.latest[data-version='%d'] .def-step" % (name, version))
+        c.ok(got == want, "%s version %d is drawn as its steps:\n%r\n%r" % (name, version, got, want))
+    # the older version, folded away, unfolds to its own steps
+    older = "#def-stock-first details.def-version[data-version='1']"
+    c.ok(p.exists(older) and not p.eval("document.querySelector(%s).open" % json.dumps(older)),
+         "stock-first's version 1 is there, folded")
+    p.click(older + " summary")
+    c.ok([r[0] for r in line(older + " .def-step")] == ["Stock", "Charge"], "version 1's steps")
+    c.ok("deadline" in p.text("#def-stock-first .def-version.latest .def-step[data-step=Charge] .def-meta"),
+         "version 2's deadline is shown")
+    shots(p, "definitions")
+
+
+def step_marks(p):
+    return p.eval("Array.from(document.querySelectorAll('#saga-steps .def-step')).map("
+                  "function(li){return [li.dataset.step, li.dataset.status];})")
+
+
+def msgs_under(p, state):
+    """The message types drawn under the timeline's rows that enter state."""
+    return p.eval("""Array.from(document.querySelectorAll('#timeline .step')).filter(function(li){
+        return li.querySelector('.step-to').textContent === %s;}).map(function(li){
+        return Array.from(li.querySelectorAll('.msg .type')).map(function(t){return t.textContent;});
+        }).reduce(function(a, b){return a.concat(b);}, [])""" % json.dumps(state))
+
+
+def other_saga(p, s, ctx):
+    """A stock-first saga's page follows its own definition."""
+    sid = ctx["sf-comp"]
+    wait_list(p, "#/sagas?definition=stock-first")
+    p.click('#saga-table tr[data-saga-id="%s"] a' % sid)
+    p.wait_js("location.hash === '#/sagas/%s' && document.querySelectorAll('#saga-steps .def-step').length > 0"
+              % sid, what="the stock-first saga's page")
+    check_timeline(p, s, sid, "Compensated")
+    c.ok(p.text("#page-saga .def-label") == "stock-first v1", "the page names its definition: %r"
+         % p.text("#page-saga .def-label"))
+    c.ok(step_marks(p) == [["Stock", "undone"], ["Charge", "failed"]],
+         "its steps in its definition's order, with what each did: %r" % step_marks(p))
+    for state, types in (("PendingStock", {"ReserveInventoryCommand", "InventoryReserved"}),
+                         ("PendingCharge", {"PayCommand", "PaymentFailed"}),
+                         ("Compensating", {"ReleaseInventoryCommand", "InventoryReleased"})):
+        got = set(msgs_under(p, state))
+        c.ok(types <= got, "the messages of %s are drawn under it: %r" % (state, got))
+    c.ok(not p.exists("#timeline .others"), "no message is left aside")
+    inp = p.texts("#saga-input dt")
+    c.ok(sorted(inp) == sorted(["customerId", "itemId", "qty", "amount", "note", "Created", "Updated"]),
+         "its input's fields: %r" % inp)
+    shots(p, "saga-stock-first")
+    # the completed one: both steps done, and what its step output
+    sid = ctx["sf-done"]
+    p.eval("location.hash = '#/sagas/%s'" % sid)
+    wait_view(p, "#/sagas/" + sid)
+    c.ok(step_marks(p) == [["Stock", "done"], ["Charge", "done"]], "both steps done: %r" % step_marks(p))
+    outs = p.text("#saga-outputs")
+    c.ok("Stock" in outs and "B-4" in outs, "its outputs are shown: %r" % outs)
+    c.ok("gift wrap" in p.text("#saga-input"), "its input's values are shown")
+    shots(p, "saga-stock-first-completed")
+
+
 def saga_page(p, s, ctx, base):
     sid = ctx["compensated"]
     wait_list(p, "#/sagas?customerId=c-9")
@@ -294,6 +453,9 @@ def saga_page(p, s, ctx, base):
     p.wait_js("location.hash === '#/sagas/%s' && document.querySelectorAll('#timeline .step').length > 0" % sid,
               what="the timeline")
     check_timeline(p, s, sid, "Compensated")
+    c.ok(step_marks(p) == [["Payment", "undone"], ["Inventory", "failed"]],
+         "the order saga's steps, with what each did: %r" % step_marks(p))
+    c.ok(p.text("#page-saga .def-label") == "order v1", "the page names its definition")
     c.ok(p.text("#page-saga .saga-id") == sid, "the page names the saga")
     c.ok(not p.exists("#cancel-saga"), "a finished saga offers no Cancel")
     kv = p.eval("""(function(){var o={};document.querySelectorAll('.side .card').forEach(function(card){
@@ -505,20 +667,27 @@ def main():
     for old in os.listdir(ARTEFACTS):  # this run's pictures only
         if old.endswith(".png"):
             os.remove(os.path.join(ARTEFACTS, old))
-    with core.System("browser", env=services_env()) as s:
+    defs_dir = tempfile.mkdtemp(prefix="pgsaga-browser-defs-")
+    with open(os.path.join(defs_dir, "stock-first.json"), "w") as f:
+        json.dump(STOCK_FIRST, f)
+    os.chmod(defs_dir, 0o755)
+    ctx = {}
+    with core.System("browser", env=services_env(defs_dir)) as s:
         t0 = time.monotonic()
-        make_data(s)
+        make_data(s, ctx)
         print("data made in %.1f s" % (time.monotonic() - t0), flush=True)
         base = "http://127.0.0.1:%d/console/" % s.ports["orchestrator"]
         with cdp.Browser(ARTEFACTS) as b:
             p = b.page()
             p.allowed.append(expected_log)
-            ctx = {}
             steps = [("sign in", lambda: sign_in(p, base)),
                      ("keyboard", lambda: keyboard(p, base)),
                      ("deliveries", lambda: deliveries(p, s)),
                      ("saga list", lambda: saga_list(p, s, ctx)),
+                     ("definition filter", lambda: definition_filter(p, s)),
+                     ("definitions", lambda: definitions_page(p, s)),
                      ("saga page", lambda: saga_page(p, s, ctx, base)),
+                     ("other definition's saga", lambda: other_saga(p, s, ctx)),
                      ("cancel", lambda: cancel(p, s, ctx)),
                      ("dead letters", lambda: dead_letters(p, s, ctx)),
                      ("partial answer", lambda: partial(p, s)),

@@ -16,6 +16,7 @@ from sagatest import core
 CSP = "default-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
 FILES = {"": "text/html", "index.html": "text/html", "console.js": "text/javascript",
          "sagas.js": "text/javascript", "delivery.js": "text/javascript",
+         "definitions.js": "text/javascript",
          "console.css": "text/css", "favicon.svg": "image/svg+xml"}
 ADMIN_TOKEN = "browser-serving-admin-token-%d" % os.getpid()
 

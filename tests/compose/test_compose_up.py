@@ -20,7 +20,10 @@ built and run by a real Docker engine, and the README's tour run against it.
    of an item sql/demo-seed.sql stocks ends `Completed`, one of an item it
    has none of (B001) ends `Compensated` with its payment refunded, the same
    key and body again is a replay (`Idempotent-Replayed: true`, same saga),
-   a different body under that key is `422 idempotency_key_reused`.
+   a different body under that key is `422 idempotency_key_reused`. Then
+   shipping (saga-participant on sql/shipping/, loaded at init): a saga of
+   order-with-shipping, the definition the image carries, ends `Completed`
+   with its trackingId, one to "nowhere" `Compensated`.
 5. `down` (keeping the volume) and `up -d` again: the sagas are still there
    and a new order completes.
 6. `down -v`; then no container, network or volume of the project is left,
@@ -35,7 +38,8 @@ no registry is reachable); every container healthy, the three services on
 TRANSPORT=amqp, the orchestrator's /readyz says the broker is up, an order
 of A001 ends `Completed` and one of B001 `Compensated`, the orchestrator's
 metrics count confirmed publishes and acked deliveries, and the broker holds
-the queues pgsaga.orchestrator, pgsaga.payment and pgsaga.inventory.
+the queues pgsaga.orchestrator, pgsaga.payment, pgsaga.inventory and
+pgsaga.shipping; the two sagas of order-with-shipping end as over HTTP.
 
 With `--tls` (README, "TLS in containers"), steps 1-3 and 6 with the override
 docker-compose.tls.yml: scripts/compose-certs makes the CA and certificates
@@ -96,7 +100,8 @@ BUILD_STAGE_LABEL = "label=org.pgsaga.stage=build"  # the Dockerfile's LABEL
 STANDIN = os.environ.get("SAGA_DOCKER_STANDIN") or os.path.join(
     SRC, "..", "shared", "tools", "docker-standin")
 SERVICE_IMAGE = "pgsaga:local"
-SAGA_SERVICES = ("orchestrator", "payment", "inventory")
+# the three services and shipping (saga-participant, sql/shipping/)
+SAGA_SERVICES = ("orchestrator", "payment", "inventory", "shipping")
 TERMINAL = ("Completed", "Compensated", "Failed")
 T0 = time.monotonic()
 
@@ -555,6 +560,38 @@ def after_restart(stack, sagas):
                   "the order after the restart completes (%r)" % final)
 
 
+def shipped(stack, key, address):
+    """A saga of order-with-shipping (the definition the image carries, the
+    orchestrator registers and shipping runs the last step of); its final
+    body, or None."""
+    r = stack.request("POST", "/sagas/order-with-shipping",
+                      body={"customerId": "c-compose", "itemId": "A001", "qty": 1, "amount": 100,
+                            "address": address}, headers={"Idempotency-Key": key})
+    if not checks.ok(r.status == 201, "order-with-shipping %s: %r" % (key, r)):
+        return None
+    saga = r.json()["sagaId"]
+    end = time.monotonic() + 90
+    while time.monotonic() < end:
+        got = stack.request("GET", "/sagas/" + saga)
+        body = got.json() if got.status == 200 else {}
+        if body.get("state") in ("Completed", "Failed", "Compensated"):
+            return body
+        time.sleep(0.5)
+    return None
+
+
+def shipping_run(stack):
+    """shipping in containers: a saga of order-with-shipping completes with
+    its trackingId; one to "nowhere" is compensated."""
+    done = shipped(stack, "compose-ship-1", "1 Main St")
+    checks.ok(done is not None and done["state"] == "Completed"
+              and done.get("outputs", {}).get("Shipping", {}).get("trackingId", "")
+              .startswith("TRK-"), "order-with-shipping to 1 Main St: %r" % done)
+    done = shipped(stack, "compose-ship-2", "nowhere")
+    checks.ok(done is not None and done["state"] == "Compensated",
+              "order-with-shipping to nowhere: %r" % done)
+
+
 def order(stack, key, item):
     """An order of one unit; its final state, or None."""
     r = stack.request("POST", "/orders", body={"customerId": "c-compose", "itemId": item,
@@ -573,6 +610,9 @@ def readme_run(stack, services, timings):
     tour = Tour(stack)
     tour.run()
     timings["tour"] = time.monotonic() - t
+    t = time.monotonic()
+    shipping_run(stack)
+    timings["shipping"] = time.monotonic() - t
     t = time.monotonic()
     r = stack.down()
     checks.ok(r.returncode == 0, "down: %s" % r.stdout[-2000:])
@@ -597,6 +637,7 @@ def amqp_run(stack, services, timings):
         state = order(stack, "compose-amqp-" + item, item)
         checks.ok(state == want, "over amqp, an order of %s (seeded %s): %s, want %s"
                   % (item, stock.get(item), state, want))
+    shipping_run(stack)
     # the orchestrator's own count: what it published and received went
     # through the broker (its /metrics is on the published port)
     text = stack.request("GET", "/metrics").body.decode("utf-8", "replace")

@@ -5,11 +5,13 @@
  */
 #include <check.h>
 #include <ctype.h>
+#include <errno.h>
 #include <json-c/json.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "fixture.h"
 #include "jsonx.h"
@@ -500,6 +502,13 @@ START_TEST(saga_list_bad_parameters)
 		{ "cursor=9999999999999999999.6f1c1e4e-3d8e-4d7c-9a43-2a4f0b9d1c55", "cursor" },
 		{ "stuckSeconds=9999999999", "stuckSeconds" },
 		{ "limit=5&limit=x", "limit" },
+		{ "definition=Order", "definition" },
+		{ "definition=1order", "definition" },
+		{ "definition=order%20saga", "definition" },
+		{ "definition=-order", "definition" },
+		{ "definition=a123456789012345678901234567890123456789012345678901234567890123",
+		  "definition" },
+		{ "state=PendingStock-1", "state" },
 	};
 	struct http_resp r;
 	char path[128];
@@ -523,6 +532,214 @@ START_TEST(saga_list_bad_parameters)
 	req1(SVC_ORCH, "GET", "/admin/api/sagas/6f1c1e4e-3d8e-4d7c-9a43-2a4f0b9d1c55", BEARER, NULL,
 	     &r);
 	expect_error(&r, 404, "not_found");
+}
+END_TEST
+
+/* --- sagas of another definition ----------------------------------------- */
+
+/* Stock first, then the payment, on the real inventory and payment
+ * (tests/integration/sagas_as_data.c runs it through its steps). */
+static const char stock_first[] =
+	"{\"name\": \"stock-first\", \"version\": 1,\n"
+	" \"input\": {\"customerId\": {\"type\": \"id\"}, \"itemId\": {\"type\": \"id\"},\n"
+	"           \"qty\": {\"type\": \"integer\", \"min\": 1, \"max\": 10},\n"
+	"           \"amount\": {\"type\": \"integer\", \"min\": 1, \"max\": 100000000},\n"
+	"           \"note\": {\"type\": \"string\", \"maxLength\": 20}},\n"
+	" \"steps\": [\n"
+	"  {\"name\": \"Stock\", \"participant\": \"inventory\",\n"
+	"   \"command\": \"ReserveInventoryCommand\", \"fields\": [\"itemId\", \"qty\"],\n"
+	"   \"succeeded\": \"InventoryReserved\", \"failed\": \"InventoryReservationFailed\",\n"
+	"   \"compensation\": \"ReleaseInventoryCommand\", \"compensated\": \"InventoryReleased\"},\n"
+	"  {\"name\": \"Charge\", \"participant\": \"payment\",\n"
+	"   \"command\": \"PayCommand\", \"fields\": [\"customerId\", \"amount\"],\n"
+	"   \"succeeded\": \"PaymentSucceeded\", \"failed\": \"PaymentFailed\",\n"
+	"   \"compensation\": \"RefundPaymentCommand\", \"compensated\": \"PaymentRefunded\"}]}\n";
+
+/* The three services, the orchestrator with stock-first from SAGA_DEFINITIONS_DIR. */
+static void start_all_admin_stock_first(void)
+{
+	char dir[256], path[300], var[300];
+	FILE *f;
+
+	snprintf(dir, sizeof(dir), "%s/defs-%s", harness_cluster_dir(), env.dbname);
+	ck_assert_msg(mkdir(dir, 0755) == 0 || errno == EEXIST, "%s", dir);
+	snprintf(path, sizeof(path), "%s/stock-first.json", dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(stock_first, f);
+	fclose(f);
+	snprintf(var, sizeof(var), "SAGA_DEFINITIONS_DIR=%s", dir);
+	const char *const orch_env[] = { "ADMIN_TOKEN=" ADMIN_TOKEN, var, NULL };
+
+	env_start(&env, SVC_INV, admin_env);
+	env_start(&env, SVC_PAY, admin_env);
+	env_start(&env, SVC_ORCH, orch_env);
+}
+
+/* POST /sagas/stock-first with body; the new saga's id into saga. */
+static void start_stock_first(const char *key, const char *body, char saga[UUID_STR_LEN])
+{
+	struct http_resp r;
+	char kh[128];
+	struct json_object *o;
+
+	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", key);
+	ck_assert_int_eq(req2(SVC_ORCH, "POST", "/sagas/stock-first", kh,
+			      "Content-Type: application/json", body, &r),
+			 201);
+	o = parse_body(&r);
+	snprintf(saga, UUID_STR_LEN, "%s", jstr(o, "sagaId"));
+	json_object_put(o);
+	http_resp_free(&r);
+}
+
+/* The keys of an object, comma-separated, in its order. */
+static void keys_of(struct json_object *o, char *out, size_t outlen)
+{
+	out[0] = '\0';
+	json_object_object_foreach(o, k, v)
+	{
+		(void)v;
+		snprintf(out + strlen(out), outlen - strlen(out), "%s%s", *out ? "," : "", k);
+	}
+}
+
+/* Every saga of a list answer names the definition and version the table holds. */
+static void expect_definitions(struct json_object *page)
+{
+	for (size_t i = 0; i < jlen(page, "sagas"); i++) {
+		struct json_object *s = jidx(page, "sagas", i), *d = jget(s, "definition");
+		char *want = env_sqlf(&env,
+				      "SELECT definition_name || '/' || definition_version"
+				      "  FROM orchestrator.saga_instances WHERE saga_id = '%s'",
+				      jstr(s, "sagaId"));
+		char got[128];
+
+		snprintf(got, sizeof(got), "%s/%d", jstr(d, "name"),
+			 json_object_get_int(jget(d, "version")));
+		ck_assert_str_eq(got, want);
+		free(want);
+	}
+}
+
+/*
+ * Order sagas and stock-first sagas side by side: real ones run through
+ * the three services (one completes, one is compensated), and more written
+ * into the table in each of stock-first's states, version 2 among them.
+ */
+START_TEST(saga_list_of_definitions)
+{
+	char order[UUID_STR_LEN], sf[UUID_STR_LEN], sf_comp[UUID_STR_LEN], keys[256], path[96];
+	struct json_object *o, *counts, *in;
+
+	start_all_admin_stock_first();
+	seed_stock("A001", 10);
+	env_new_order(&env, "c-1", "A001", 1, 100, order);
+	start_stock_first("sf-1",
+			  "{\"customerId\":\"c-7\",\"itemId\":\"A001\",\"qty\":2,"
+			  "\"amount\":500,\"note\":\"gift\"}",
+			  sf);
+	/* more than the default credit: the payment fails, the stock is released */
+	start_stock_first("sf-2",
+			  "{\"customerId\":\"poor\",\"itemId\":\"A001\",\"qty\":1,"
+			  "\"amount\":2000000,\"note\":\"\"}",
+			  sf_comp);
+	ck_assert(wait_state(order, "Completed"));
+	ck_assert(wait_state(sf, "Completed"));
+	ck_assert(wait_state(sf_comp, "Compensated"));
+	free(env_sqlf(&env,
+		"INSERT INTO orchestrator.saga_instances (saga_id, state, version, compensation,"
+		"  definition_name, definition_version, input, created_at, updated_at)"
+		" SELECT gen_random_uuid(), (ARRAY['PendingStock','PendingCharge','Compensating',"
+		"   'Completed'])[1 + i %% 4], 1, CASE WHEN i %% 4 = 2 THEN 'Stock' END,"
+		"   'stock-first', 1 + i %% 2,"
+		"   jsonb_build_object('customerId', 'c-' || i, 'itemId', 'A001', 'qty', 1,"
+		"                      'amount', 10, 'note', ''),"
+		"   timestamptz '2026-01-01 00:00:00Z' + i * interval '1 minute',"
+		"   timestamptz '2026-01-01 00:00:00Z'"
+		" FROM generate_series(1, 11) i"));
+
+	/* each saga names its definition; the counts keep the order saga's
+	 * six states first, then the others that hold sagas, by name */
+	o = admin_get("/admin/api/sagas?limit=500");
+	ck_assert_int_eq(jlen(o, "sagas"), 14);
+	expect_definitions(o);
+	counts = jget(o, "counts");
+	keys_of(counts, keys, sizeof(keys));
+	ck_assert_str_eq(keys, "PendingPayment,PendingInventory,Compensating,Completed,Failed,"
+			       "Compensated,PendingCharge,PendingStock");
+	json_object_object_foreach(counts, state, n)
+	{
+		ck_assert_int_eq(json_object_get_int64(n),
+				 env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+						   " WHERE state = '%s'", state));
+	}
+	ck_assert_int_eq(json_object_get_int64(jget(counts, "PendingStock")), 2);
+	json_object_put(o);
+
+	/* definition= keeps one definition's sagas, of every version, over pages */
+	expect_filter("limit=2&definition=stock-first", "definition_name = 'stock-first'");
+	expect_filter("limit=1&definition=order", "definition_name = 'order'");
+	expect_filter("limit=2&state=PendingStock", "state = 'PendingStock'");
+	expect_filter("limit=2&definition=stock-first&state=PendingCharge,Completed",
+		      "definition_name = 'stock-first' AND state IN ('PendingCharge', 'Completed')");
+	expect_filter("limit=2&definition=stock-first&stuckSeconds=60",
+		      "definition_name = 'stock-first' AND state NOT IN ('Completed', 'Failed',"
+		      " 'Compensated') AND updated_at <= now() - interval '1 minute'");
+	expect_filter("limit=3&definition=order&customerId=c-1",
+		      "definition_name = 'order' AND customer_id = 'c-1'");
+	/* and its counts are that definition's */
+	o = admin_get("/admin/api/sagas?definition=stock-first");
+	expect_definitions(o);
+	counts = jget(o, "counts");
+	json_object_object_foreach(counts, st, cn)
+	{
+		ck_assert_int_eq(json_object_get_int64(cn),
+				 env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+						   " WHERE state = '%s' AND definition_name ="
+						   " 'stock-first'", st));
+	}
+	ck_assert_int_eq(json_object_get_int64(jget(counts, "Completed")), 4);
+	ck_assert_int_eq(json_object_get_int64(jget(counts, "PendingPayment")), 0);
+	json_object_put(o);
+	/* a definition without sagas: nothing, and the six counts at zero */
+	o = admin_get("/admin/api/sagas?definition=nothing-here");
+	ck_assert_int_eq(jlen(o, "sagas"), 0);
+	keys_of(jget(o, "counts"), keys, sizeof(keys));
+	ck_assert_str_eq(keys, "PendingPayment,PendingInventory,Compensating,Completed,Failed,"
+			       "Compensated");
+	json_object_put(o);
+
+	/* a stock-first saga's detail: its definition, input and outputs, and
+	 * the peers' rows as for any saga */
+	free(env_sqlf(&env, "UPDATE orchestrator.saga_instances SET outputs ="
+			    " '{\"Stock\": {\"shelf\": \"B-4\", \"units\": 2}}' WHERE saga_id = '%s'",
+		      sf));
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s", sf);
+	o = admin_get(path);
+	ck_assert_str_eq(jstr(jget(o, "definition"), "name"), "stock-first");
+	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 1);
+	in = jget(o, "input");
+	ck_assert_str_eq(jstr(in, "note"), "gift");
+	ck_assert_str_eq(jstr(in, "customerId"), "c-7");
+	ck_assert_int_eq(json_object_get_int(jget(in, "qty")), 2);
+	ck_assert_str_eq(jstr(jget(jget(o, "outputs"), "Stock"), "shelf"), "B-4");
+	ck_assert_int_eq(json_object_get_int(jget(jget(jget(o, "outputs"), "Stock"), "units")), 2);
+	ck_assert(json_object_get_type(jget(o, "customerId")) == json_type_null);
+	ck_assert_int_eq(jlen(o, "history"), 3);
+	ck_assert_str_eq(jstr(jget(o, "reservation"), "status"), "reserved");
+	ck_assert_str_eq(jstr(jget(o, "payment"), "status"), "captured");
+	expect_unavailable(o, "");
+	json_object_put(o);
+	/* an order saga's: its input from its columns, no outputs */
+	snprintf(path, sizeof(path), "/admin/api/sagas/%s", order);
+	o = admin_get(path);
+	ck_assert_str_eq(jstr(jget(o, "definition"), "name"), "order");
+	ck_assert_str_eq(jstr(jget(o, "input"), "customerId"), "c-1");
+	ck_assert_int_eq(json_object_get_int(jget(jget(o, "input"), "amount")), 100);
+	ck_assert_int_eq(json_object_object_length(jget(o, "outputs")), 0);
+	ck_assert_str_eq(jstr(o, "customerId"), "c-1");
+	json_object_put(o);
 }
 END_TEST
 
@@ -1051,6 +1268,7 @@ static Suite *admin_suite(void)
 	tcase_add_test(sec, wrong_tokens_never_lock_out);
 	tcase_add_test(api, saga_list_filters_and_pages);
 	tcase_add_test(api, saga_list_bad_parameters);
+	tcase_add_test(api, saga_list_of_definitions);
 	tcase_add_test(api, saga_messages_from_three_services);
 	tcase_add_test(api, dead_letters_listed_and_retried);
 	tcase_add_test(api, deliveries_per_service_and_peer);

@@ -12,7 +12,8 @@
  *   bad input, an unknown name and an event of another definition are
  *   refused and change nothing;
  * - POST /sagas/order is POST /orders;
- * - a bad file in SAGA_DEFINITIONS_DIR stops the start, naming the file.
+ * - a bad file in SAGA_DEFINITIONS_DIR stops the start, naming the file;
+ * - a saga keeps its version across a restart that registers another.
  */
 #include <json-c/json.h>
 #include <stdio.h>
@@ -44,6 +45,23 @@ static const char stock_first[] =
 	"   \"command\": \"PayCommand\", \"fields\": [\"customerId\", \"amount\"],\n"
 	"   \"succeeded\": \"PaymentSucceeded\", \"failed\": \"PaymentFailed\",\n"
 	"   \"compensation\": \"RefundPaymentCommand\", \"compensated\": \"PaymentRefunded\"}]}\n";
+
+/* Version 2 of it: the same steps, the charge first. */
+static const char stock_first_v2[] =
+	"{\"name\": \"stock-first\", \"version\": 2,\n"
+	" \"input\": {\"customerId\": {\"type\": \"id\"}, \"itemId\": {\"type\": \"id\"},\n"
+	"           \"qty\": {\"type\": \"integer\", \"min\": 1, \"max\": 10},\n"
+	"           \"amount\": {\"type\": \"integer\", \"min\": 1, \"max\": 100000000},\n"
+	"           \"note\": {\"type\": \"string\", \"maxLength\": 20}},\n"
+	" \"steps\": [\n"
+	"  {\"name\": \"Charge\", \"participant\": \"payment\",\n"
+	"   \"command\": \"PayCommand\", \"fields\": [\"customerId\", \"amount\"],\n"
+	"   \"succeeded\": \"PaymentSucceeded\", \"failed\": \"PaymentFailed\",\n"
+	"   \"compensation\": \"RefundPaymentCommand\", \"compensated\": \"PaymentRefunded\"},\n"
+	"  {\"name\": \"Stock\", \"participant\": \"inventory\",\n"
+	"   \"command\": \"ReserveInventoryCommand\", \"fields\": [\"itemId\", \"qty\"],\n"
+	"   \"succeeded\": \"InventoryReserved\", \"failed\": \"InventoryReservationFailed\",\n"
+	"   \"compensation\": \"ReleaseInventoryCommand\", \"compensated\": \"InventoryReleased\"}]}\n";
 
 static char defs_dir[256];
 
@@ -346,6 +364,60 @@ START_TEST(event_of_no_definition_is_404)
 END_TEST
 
 /*
+ * A saga keeps the version it started with, across a restart that
+ * registers a new one; the sagas started after it take the new one.
+ */
+START_TEST(version_pinned_across_a_restart)
+{
+	static const char *const failing[] = { "FAULT_FAIL_RATE=1", NULL };
+	char held[UUID_STR_LEN], fresh[UUID_STR_LEN], text[sizeof(stock_first_v2)], dir[300];
+	char *h;
+	struct http_resp r;
+
+	/* the first saga waits at its payment, which fails until told otherwise */
+	start_with_definition(60000, failing);
+	start_saga(body_ok, held);
+	ck_assert(wait_state(held, "PendingCharge"));
+	env_stop(&env, SVC_ORCH, SIGTERM);
+
+	/* version 2: the charge first, then the stock */
+	snprintf(text, sizeof(text), "%s", stock_first_v2);
+	defs_write("stock-first-2.json", text);
+	snprintf(dir, sizeof(dir), "SAGA_DEFINITIONS_DIR=%s", defs_dir);
+	env_start(&env, SVC_ORCH, (const char *const[]){ dir, NULL });
+
+	ck_assert_int_eq(post_saga("stock-first", "pin-2", body_ok, &r), 201);
+	struct json_object *o = parse_body(&r);
+	snprintf(fresh, sizeof(fresh), "%s", jstr(o, "sagaId"));
+	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 2);
+	json_object_put(o);
+	http_resp_free(&r);
+
+	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
+				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
+			 200);
+	http_resp_free(&r);
+	ck_assert(wait_state(held, "Completed"));
+	ck_assert(wait_state(fresh, "Completed"));
+	o = get_saga(held);
+	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 1);
+	json_object_put(o);
+	o = get_saga(fresh);
+	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 2);
+	json_object_put(o);
+	/* each ran its own version's steps: the charge ended the first, began the second */
+	h = history_of(held);
+	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
+			    "|PendingCharge>Completed:PaymentSucceeded");
+	free(h);
+	h = history_of(fresh);
+	ck_assert_str_eq(h, ">PendingCharge:SagaStarted|PendingCharge>PendingStock:PaymentSucceeded"
+			    "|PendingStock>Completed:InventoryReserved");
+	free(h);
+}
+END_TEST
+
+/*
  * Runs the orchestrator with file (text) in its definitions directory until
  * it exits (20 s at most); its exit status, its output in log.
  */
@@ -430,6 +502,7 @@ Suite *sagas_as_data_suite(void)
 	tcase_add_test(tc, sagas_order_is_post_orders);
 	tcase_add_test(tc, event_of_no_definition_is_404);
 	tcase_add_test(tc, bad_definition_file_stops_the_start);
+	tcase_add_test(tc, version_pinned_across_a_restart);
 	suite_add_tcase(s, tc);
 	return s;
 }

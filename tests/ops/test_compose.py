@@ -15,8 +15,13 @@ Docker engine runs here).
   environment variable the compose file gives it is one that binary lists
   in --help (or a libpq variable); the postgres container gets every
   variable docker/initdb.sh requires.
+- Shipping (saga-participant running sql/shipping/shipping.sql): the
+  postgres container loads that file at init, the shipping service runs
+  with the name and commands the file's header gives, and the orchestrator
+  knows its URL and registers the definitions the image carries
+  (SAGA_DEFINITIONS_DIR, copied from src/orchestrator/definitions/).
 - The amqp profile: one rabbitmq service, only in that profile, that every
-  service's AMQP_URL points at; TRANSPORT alike in all three.
+  service's AMQP_URL points at; TRANSPORT alike in all.
 - One demo seed (issue #8): the compose `seed` service and scripts/up both
   load sql/demo-seed.sql, and the stock the README and scripts/up announce
   is the stock that file inserts.
@@ -35,6 +40,11 @@ import yaml  # noqa: E402  (Debian: python3-yaml)
 
 from sagatest import dockerfile
 from sagatest.core import BUILD, SRC, SERVICES, Checks, binary, help_vars, need_tool
+from sagatest.shipping import SHIPPING_ENV
+
+# the binaries of the image: the three services and saga-participant
+BINARIES = SERVICES + ("participant",)
+DEFINITIONS_DIR = "/usr/local/share/pgsaga/definitions"
 
 checks = Checks("compose")
 COMPOSE = os.path.join(SRC, "docker-compose.yml")
@@ -151,9 +161,9 @@ def check_dockerfile():
             if checks.ok(bool(pkgs), "%s: no Debian package provides %s.pc" % (mb, mod)):
                 checks.ok(pkgs & build_pkgs, "%s needs %s: the build stage installs none of %s"
                           % (mb, mod, sorted(pkgs)))
-    # the three binaries come from the build stage into the runtime image
+    # the four binaries come from the build stage into the runtime image
     build_text = " ".join(rest for _, rest in build.instructions)
-    for s in SERVICES:
+    for s in BINARIES:
         checks.ok("saga-" + s in build_text, "the build stage builds and installs saga-%s" % s)
     checks.ok("*from-build*" in installed, "the runtime stage copies the binaries from the build")
     users = final.all("USER")
@@ -161,7 +171,7 @@ def check_dockerfile():
               "the runtime stage runs as a non-root user (%r)" % users)
     # runtime packages: exactly those holding the libraries the binaries need
     need = set()
-    for s in SERVICES:
+    for s in BINARIES:
         # the libraries the binary names itself (NEEDED), not what they pull
         # in: apt brings those along. ldd says which file the loader picks
         # for each; dpkg -S maps it to its package (trying both spellings
@@ -197,10 +207,23 @@ def check_dockerfile():
     return installed
 
 
+def participant_urls():
+    """<NAME>_URL of every participant the shipped definitions name: the
+    orchestrator reads them though --help cannot list them all."""
+    import json
+    names = set()
+    d = os.path.join(SRC, "src", "orchestrator", "definitions")
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".json"):
+            for step in json.load(open(os.path.join(d, f), encoding="utf-8"))["steps"]:
+                names.add(step["participant"].upper().replace("-", "_") + "_URL")
+    return names
+
+
 def check_services(installed):
     doc = yaml.safe_load(open(COMPOSE, encoding="utf-8"))
     services = doc.get("services") or {}
-    helps = {s: help_vars(s) for s in SERVICES}
+    helps = {s: help_vars(s) for s in BINARIES}
     initdb = "".join(line for line in open(os.path.join(SRC, "docker", "initdb.sh"),
                                            encoding="utf-8")
                      if not line.lstrip().startswith("#"))
@@ -219,13 +242,15 @@ def check_services(installed):
                           "%s mounts %s, which does not exist" % (where, src))
         if cmd and cmd[0].startswith("saga-"):
             service = cmd[0][len("saga-"):]
-            if not checks.ok(service in SERVICES, "%s runs %s, not a pgsaga binary"
+            if not checks.ok(service in BINARIES, "%s runs %s, not a pgsaga binary"
                              % (where, cmd[0])):
                 continue
             saga[name] = service
-            checks.ok(cmd[0] in ("saga-" + s for s in SERVICES) and "*from-build*" in installed,
+            checks.ok(cmd[0] in ("saga-" + s for s in BINARIES) and "*from-build*" in installed,
                       "%s: %s is installed in the image" % (where, cmd[0]))
             allowed = helps[service] | LIBPQ_ENV
+            if service == "orchestrator":
+                allowed |= participant_urls()
             extra = env_names(svc) - allowed
             checks.ok(not extra, "%s: environment not accepted by %s --help: %s"
                       % (where, cmd[0], sorted(extra)))
@@ -277,22 +302,54 @@ def check_services(installed):
             checks.ok(not extra, "%s: environment psql does not read: %s" % (where, sorted(extra)))
             checks.ok(svc.get("restart") == "no", "%s: a one-shot job must not restart" % where)
             checks.ok(not svc.get("ports"), "%s: publishes ports" % where)
-    checks.ok(sorted(saga.values()) == sorted(SERVICES), "compose runs the three services: %r"
-              % saga)
+    checks.ok(sorted(saga.values()) == sorted(BINARIES), "compose runs the three services and"
+              " one saga-participant: %r" % saga)
     # peers point at the compose service and port of the peer
     by_service = {v: k for k, v in saga.items()}
+    by_service["shipping"] = "shipping" if saga.get("shipping") == "participant" else None
+    ports["shipping"] = ports.get(by_service["shipping"])
     peer_env = {"orchestrator": "ORCHESTRATOR_URL", "payment": "PAYMENT_URL",
-                "inventory": "INVENTORY_URL"}
+                "inventory": "INVENTORY_URL", "shipping": "SHIPPING_URL"}
     for name, service in saga.items():
         for peer, var in peer_env.items():
-            if var not in helps[service]:
+            if var not in helps[service] | (participant_urls() if service == "orchestrator"
+                                            else set()):
                 continue
             want = "http://%s:%s" % (by_service.get(peer), ports.get(by_service.get(peer)))
             got = env_value(services[name], var)
             checks.ok(got == want, "service %s: %s is %r, want %r" % (name, var, got, want))
     tokens = {env_value(services[n], "INTERNAL_TOKEN") for n in saga}
-    checks.ok(len(tokens) == 1, "the three services share one INTERNAL_TOKEN: %r" % tokens)
+    checks.ok(len(tokens) == 1, "the services share one INTERNAL_TOKEN: %r" % tokens)
+    check_shipping(services, installed)
     check_broker(services, saga, brokers)
+
+
+def check_shipping(services, installed):
+    """shipping: its SQL loaded at init, saga-participant run with the
+    settings sql/shipping/shipping.sql's header gives, the orchestrator
+    registering the shipped definitions the image carries."""
+    ship = services.get("shipping") or {}
+    for k, v in SHIPPING_ENV.items():
+        checks.ok(env_value(ship, k) == v, "service shipping: %s is %r, want %r"
+                  % (k, env_value(ship, k), v))
+    header = open(os.path.join(SRC, "sql", "shipping", "shipping.sql"), encoding="utf-8").read()
+    checks.ok("PARTICIPANT_COMMANDS='%s'" % SHIPPING_ENV["PARTICIPANT_COMMANDS"] in header,
+              "shipping.sql's header gives other commands than the compose file")
+    checks.ok("user=saga_shipping" in (env_value(ship, "DATABASE_URL") or ""),
+              "service shipping logs in as saga_shipping")
+    pg = services.get("postgres") or {}
+    mounts = [v for v in pg.get("volumes") or [] if isinstance(v, str)]
+    target = env_value(pg, "PGSAGA_SHIPPING") or "/pgsaga/shipping.sql"
+    checks.ok("./sql/shipping/shipping.sql:%s:ro" % target in mounts,
+              "postgres: sql/shipping/shipping.sql mounted at %s (%r)" % (target, mounts))
+    orch = services.get("orchestrator") or {}
+    checks.ok(env_value(orch, "SAGA_DEFINITIONS_DIR") == DEFINITIONS_DIR,
+              "orchestrator: SAGA_DEFINITIONS_DIR is %r" % env_value(orch, "SAGA_DEFINITIONS_DIR"))
+    checks.ok(installed.get("definitions") == "src/orchestrator/definitions/",
+              "the image copies src/orchestrator/definitions/ to %s (%r)"
+              % (DEFINITIONS_DIR, installed.get("definitions")))
+    checks.ok("shipping" in ((orch.get("depends_on") or {})),
+              "orchestrator: depends_on shipping")
 
 
 def check_broker(services, saga, brokers):
@@ -322,7 +379,7 @@ def check_broker(services, saga, brokers):
         checks.ok(env_value(services[n], "AMQP_URL") == want, "service %s: AMQP_URL is %r, want %r"
                   % (n, env_value(services[n], "AMQP_URL"), want))
     transports = {env_value(services[n], "TRANSPORT") for n in saga}
-    checks.ok(transports == {"${TRANSPORT:-http}"}, "the three services share TRANSPORT, http unless set: %r"
+    checks.ok(transports == {"${TRANSPORT:-http}"}, "the services share TRANSPORT, http unless set: %r"
               % transports)
 
 
@@ -368,7 +425,7 @@ def check_scripts():
 
 def main():
     need_tool("docker-compose", "docker-compose")
-    for s in SERVICES:
+    for s in BINARIES:
         if not os.path.exists(binary(s)):
             sys.exit("%s missing: build first (BUILD=%s)" % (binary(s), BUILD))
     check_config()

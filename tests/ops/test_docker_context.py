@@ -73,7 +73,7 @@ def main():
                 checks.done()
         if not checks.ok(out_dir is not None, "the build stage installs into /out"):
             checks.done()
-        for s in SERVICES:
+        for s in SERVICES + ("participant",):
             exe = os.path.join(out_dir, "saga-" + s)
             r = subprocess.run([exe, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, env={"PATH": "/usr/bin:/bin"})

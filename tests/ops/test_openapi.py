@@ -114,6 +114,11 @@ def request_schema(tpath, method, path):
         # the body's shape depends on the type: the schema of that name
         name = path.rsplit("/", 1)[1]
         return doc["components"]["schemas"].get(name)
+    if tpath == "/sagas/{name}" and method == "post":
+        # the input its definition declares: the order saga's is an OrderRequest
+        if path.rsplit("/", 1)[1] == "order":
+            return doc["components"]["schemas"]["OrderRequest"]
+        return None
     return oaschema.deref(doc, op["requestBody"])["content"]["application/json"]["schema"]
 
 
@@ -313,6 +318,31 @@ def admin_calls(o, port_of, tok):
     call("orchestrator", o, "POST", migrate, {"fromVersion": 1, "toVersion": 2}, cookie,
          expect=403)
     call("orchestrator", o, "POST", migrate, {"fromVersion": 1, "toVersion": 2}, expect=401)
+
+    # a saga of another definition in the list and in detail (written
+    # straight into the table: oa-demo's participant does not exist)
+    other = new_id()
+    sy_state["psql"](
+        "INSERT INTO orchestrator.saga_instances (saga_id, state, version, definition_name,"
+        " definition_version, input, outputs) VALUES ('%s', 'PendingB', 2, 'oa-demo', 2,"
+        " '{\"ref\": \"r-1\"}', '{\"A\": {\"receipt\": \"x-1\", \"n\": 3}}');"
+        "INSERT INTO orchestrator.saga_history (saga_id, version, from_state, to_state, cause)"
+        " VALUES ('%s', 1, NULL, 'PendingA', 'SagaStarted'),"
+        " ('%s', 2, 'PendingA', 'PendingB', 'ADone')" % (other, other, other))
+    r = call("orchestrator", o, "GET", "/admin/api/sagas?definition=oa-demo", headers=ADMIN,
+             expect=200)
+    got = r.json() if r.status == 200 else {}
+    checks.ok([x.get("sagaId") for x in got.get("sagas", [])] == [other]
+              and got["sagas"][0].get("definition") == {"name": "oa-demo", "version": 2}
+              and got.get("counts", {}).get("PendingB") == 1,
+              "definition=oa-demo lists its saga and counts its state: %r" % r)
+    call("orchestrator", o, "GET", "/admin/api/sagas?state=PendingB,Completed", headers=ADMIN,
+         expect=200)
+    call("orchestrator", o, "GET", "/admin/api/sagas?definition=Oa", headers=ADMIN, expect=400)
+    r = call("orchestrator", o, "GET", "/admin/api/sagas/" + other, headers=ADMIN, expect=200)
+    checks.ok(r.status == 200 and r.json().get("input") == {"ref": "r-1"}
+              and r.json().get("outputs", {}).get("A", {}).get("n") == 3,
+              "the detail has the saga's input and outputs: %r" % r)
 
     # dead letters
     for s, port in port_of.items():
@@ -525,8 +555,34 @@ def main():
         call("orchestrator", o, "GET", "/orders/not-a-uuid", expect=400)
         call("orchestrator", o, "GET", "/orders/" + new_id(), expect=404)
 
+        # --- POST /sagas/{name}, GET /sagas/{id}: the order saga by its name
+        r = call("orchestrator", o, "POST", "/sagas/order", dict(body, customerId="c-s"),
+                 {"Idempotency-Key": "sa-1"}, expect=201)
+        s_any = r.json().get("sagaId") if r.status == 201 else None
+        checks.ok(r.status == 201 and r.header("Location") == "/sagas/%s" % s_any,
+                  "Location of a saga started by name")
+        call("orchestrator", o, "POST", "/sagas/order", dict(body, customerId="c-s"),
+             {"Idempotency-Key": "sa-1"}, expect=201)
+        call("orchestrator", o, "POST", "/sagas/order", dict(body, customerId="c-t"),
+             {"Idempotency-Key": "sa-1"}, expect=422)
+        call("orchestrator", o, "POST", "/sagas/order", dict(body, qty=0),
+             {"Idempotency-Key": "sa-2"}, expect=400)
+        call("orchestrator", o, "POST", "/sagas/order", body, expect=400)  # key missing
+        call("orchestrator", o, "POST", "/sagas/order", body, {"Idempotency-Key": "a b"},
+             expect=400)
+        call("orchestrator", o, "POST", "/sagas/order", "[]", {"Idempotency-Key": "sa-4"},
+             expect=400)
+        call("orchestrator", o, "POST", "/sagas/no-such-saga", body,
+             {"Idempotency-Key": "sa-3"}, expect=404)
+        call("orchestrator", o, "POST", "/sagas/order", raw=too_large("/sagas/order"), expect=413)
+        if s_any:
+            call("orchestrator", o, "GET", "/sagas/" + s_any, expect=200)
+        call("orchestrator", o, "GET", "/sagas/not-a-uuid", expect=400)
+        call("orchestrator", o, "GET", "/sagas/" + new_id(), expect=404)
+
         # --- the admin API
         sy_state["completed"] = s1 or new_id()
+        sy_state["psql"] = sy.psql
         admin_calls(o, port_of, tok)
 
         # --- the container health check follows /readyz
@@ -548,6 +604,9 @@ def main():
         call("orchestrator", o, "POST", "/orders", body, {"Idempotency-Key": "oa-down"},
              expect=503)
         call("orchestrator", o, "GET", "/orders/" + (s1 or new_id()), expect=503)
+        call("orchestrator", o, "POST", "/sagas/order", body, {"Idempotency-Key": "sa-down"},
+             expect=503)
+        call("orchestrator", o, "GET", "/sagas/" + (s1 or new_id()), expect=503)
         call("orchestrator", o, "POST", "/events/PaymentRefunded",
              {"eventId": new_id(), "sagaId": s2}, tok, expect=503)
         for s, t in (("payment", "RefundPaymentCommand"), ("inventory", "ReleaseInventoryCommand")):

@@ -18,8 +18,11 @@ private PostgreSQL cluster:
       (a unified diff when not);
   (c) what migrate.c refuses and accepts: a schema of a newer major version
       (refused, both versions named), a migration recorded by a newer minor
-      release (accepted), a database on which the previous release applied
-      only some of its migrations (refused, the missing ones named);
+      release (accepted), and, when the previous release is of an earlier
+      major version (its schema adopted, not migrated), a database on which
+      it applied only some of its migrations (refused, the missing ones
+      named); from a release of the same major version (1.0.0 to 1.1.0),
+      the orchestrator applies the migrations added since instead;
   (d) a rolling upgrade under load, over HTTP and again over RabbitMQ
       (TRANSPORT=amqp, a private node from scripts/rabbit-node): the
       previous release's three services, each given both its own instance's
@@ -54,6 +57,30 @@ from sagatest.core import (BUILD, PEER_ENV, SRC, SERVICES, Checks, PgCluster, di
                            request, service_env, spawn, stop_process, tail, wait_ready)
 
 
+def refuse_partial(cluster, old_build, old_bootstrap, checks):
+    """An earlier major release's database on which it applied only some of
+    its migrations is refused, the missing ones named, and left as it was
+    (0.9.0's migration names)."""
+    partial = "partial"
+    cluster.create_db(partial, old_bootstrap)
+    q = Service(cluster, old_build, "payment", partial, {s: free_port() for s in SERVICES})
+    q.start().wait_ready()
+    q.stop()
+    cluster.psql("DELETE FROM payment.schema_migrations"
+                 " WHERE version IN ('006_pay_new_accounts.sql',"
+                 " '008_refused_deliveries.sql')", db=partial)
+    p = Service(cluster, BUILD, "payment", partial, {s: free_port() for s in SERVICES})
+    rc = p.start().exit_status()
+    log = open(p.log, encoding="utf-8", errors="replace").read()
+    checks.ok(rc not in (0, None) and "006_pay_new_accounts.sql" in log
+              and "008_refused_deliveries.sql" in log and PREVIOUS in log,
+              "a partly migrated %s database is refused, the missing migrations named"
+              " (exit %s):\n%s" % (PREVIOUS, rc, p.tail(5)))
+    checks.ok(cluster.scalar("SELECT to_regclass('payment.schema_version')"
+                             " IS NULL", db=partial) == "t",
+              "the refused database is left as it was")
+
+
 def previous_release():
     """The release this tree upgrades from, and its commit: the newest release
     CHANGELOG.md names other than this tree's own version (meson.build). A
@@ -84,6 +111,13 @@ def previous_release():
 
 
 PREVIOUS, PREVIOUS_COMMIT = previous_release()
+# A release of an earlier major version made its schema with other
+# migrations, which this tree adopts (migrate.c: adopt-<release>.sql); one of
+# the same major version only lacks the migrations added since, which this
+# tree applies.
+with open(os.path.join(SRC, "meson.build")) as _f:
+    CURRENT = re.search(r"version\s*:\s*'([0-9.]+)'", _f.read()).group(1)
+ADOPTS = PREVIOUS.split(".")[0] != CURRENT.split(".")[0]
 
 TOKEN = "upgrade-test-token"
 ADMIN_TOKEN = "upgrade-test-admin-token-0123456789"
@@ -505,10 +539,16 @@ def main():
         cluster.psql_file(new_bootstrap, db=carried)
         new = stack(cluster, BUILD, carried, ports)
         phase("this tree's binaries ready")
-        for s in SERVICES:
+        for s in SERVICES if ADOPTS else ():
             adopted = "adopted the schema of pgsaga %s" % PREVIOUS
             checks.ok(adopted in open(new[s].log, encoding="utf-8", errors="replace").read(),
                       "saga-%s logs that it %s" % (s, adopted))
+        if not ADOPTS:
+            # the orchestrator applied what this release added (sagas defined as data)
+            added = cluster.scalar("SELECT count(*) FROM orchestrator.schema_migrations"
+                                   " WHERE version >= '006'", db=carried)
+            checks.ok(added not in (None, "0"), "saga-orchestrator applied the migrations"
+                      " added since %s (%s)" % (PREVIOUS, added))
         checks.ok(cluster.wait_sql("SELECT count(*) FROM orchestrator.saga_instances"
                                    " WHERE state = 'Completed' AND saga_id = ANY ('{%s}')"
                                    % ",".join(waiting), "5", timeout=60, db=carried),
@@ -582,24 +622,8 @@ def main():
         checks.ok("900_from_a_newer_minor.sql" in open(p.log, encoding="utf-8").read(),
                   "a migration of a newer minor release is accepted, and logged")
 
-        partial = "partial"
-        cluster.create_db(partial, old_bootstrap)
-        q = Service(cluster, old_build, "payment", partial, {s: free_port() for s in SERVICES})
-        q.start().wait_ready()
-        q.stop()
-        cluster.psql("DELETE FROM payment.schema_migrations"
-                     " WHERE version IN ('006_pay_new_accounts.sql',"
-                     " '008_refused_deliveries.sql')", db=partial)
-        p = Service(cluster, BUILD, "payment", partial, {s: free_port() for s in SERVICES})
-        rc = p.start().exit_status()
-        log = open(p.log, encoding="utf-8", errors="replace").read()
-        checks.ok(rc not in (0, None) and "006_pay_new_accounts.sql" in log
-                  and "008_refused_deliveries.sql" in log and PREVIOUS in log,
-                  "a partly migrated %s database is refused, the missing migrations named"
-                  " (exit %s):\n%s" % (PREVIOUS, rc, p.tail(5)))
-        checks.ok(cluster.scalar("SELECT to_regclass('payment.schema_version')"
-                                 " IS NULL", db=partial) == "t",
-                  "the refused database is left as it was")
+        if ADOPTS:
+            refuse_partial(cluster, old_build, old_bootstrap, checks)
         phase("refusals checked")
 
         rolling_upgrade(cluster, old_build, old_bootstrap, new_bootstrap, checks, phase)

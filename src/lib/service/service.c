@@ -4,6 +4,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <ctype.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,15 +142,21 @@ static int migrate(struct service *service)
 	return 0;
 }
 
-static int open_peers(struct service *service, char *err, size_t errlen)
+/* How every peer is opened, the spec's and those added at run time alike. */
+static struct httpc_opts peer_opts(const struct service *service)
 {
-	struct httpc_opts o = {
+	return (struct httpc_opts){
 		.max_in_flight = 32,
 		.timeout_ms = (int)service->http_timeout_ms,
 		.breaker_failures = (int)service->breaker_failures,
 		.breaker_open_ms = (int)service->breaker_open_ms,
 		.tls = service->tls,
 	};
+}
+
+static int open_peers(struct service *service, char *err, size_t errlen)
+{
+	struct httpc_opts o = peer_opts(service);
 
 	service->peers = calloc(service->spec->npeers + 1, sizeof(*service->peers));
 	service->dests = calloc(service->spec->npeers + 1, sizeof(*service->dests));
@@ -168,6 +175,114 @@ static int open_peers(struct service *service, char *err, size_t errlen)
 		service->dests[i] = ps->destination;
 		service->urls[i] = urls;
 	}
+	return 0;
+}
+
+/* --- destinations added at run time ---------------------------------------- */
+
+/*
+ * One of service_destination_add's, allocated on its own: its name is
+ * borrowed by its peer (logs, metrics) and must not move.
+ */
+struct service_dest {
+	char name[64];
+	struct httpc_peer *peer; /* NULL: none (amqp, or no URL) */
+};
+
+bool service_destination_variable(const char *participant, char *out, size_t outlen)
+{
+	size_t n = strlen(participant);
+
+	if (n + sizeof("_URL") > outlen)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		out[i] = participant[i] == '-' ? '_' : (char)toupper((unsigned char)participant[i]);
+	memcpy(out + n, "_URL", sizeof("_URL"));
+	return true;
+}
+
+/* A participant's name: 1-63 characters of [a-z0-9_-]. */
+static bool destination_name_ok(const char *p)
+{
+	size_t n = strlen(p);
+
+	if (n < 1 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((p[i] >= 'a' && p[i] <= 'z') || (p[i] >= '0' && p[i] <= '9') || p[i] == '_' ||
+		      p[i] == '-'))
+			return false;
+	return true;
+}
+
+static bool destination_known(const struct service *service, const char *name)
+{
+	for (size_t i = 0; i < service->spec->npeers; i++)
+		if (strcmp(service->spec->peers[i].destination, name) == 0)
+			return true;
+	for (size_t i = 0; i < service->nadded; i++)
+		if (strcmp(service->added[i]->name, name) == 0)
+			return true;
+	return false;
+}
+
+static struct service_dest *destination_new(struct service *service, const char *name)
+{
+	struct service_dest *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		abort();
+	if (service->nadded == service->added_cap) {
+		service->added_cap = service->added_cap ? 2 * service->added_cap : 8;
+		service->added = realloc(service->added, service->added_cap * sizeof(*service->added));
+		if (!service->added)
+			abort();
+	}
+	snprintf(d->name, sizeof(d->name), "%s", name);
+	service->added[service->nadded++] = d;
+	return d;
+}
+
+int service_destination_add(struct service *service, const char *participant, char *err,
+			    size_t errlen)
+{
+	struct httpc_opts o = peer_opts(service);
+	struct service_dest *d;
+	char var[80], why[600];
+	const char *urls;
+
+	if (!participant || !destination_name_ok(participant)) {
+		snprintf(err, errlen, "participant '%s': expected 1-63 characters of [a-z0-9_-]",
+			 participant ? participant : "(null)");
+		return -1;
+	}
+	if (destination_known(service, participant))
+		return 0;
+	d = destination_new(service, participant);
+	if (strcmp(service->transport_name, "amqp") == 0) {
+		transport_amqp_add_dest(service->transport, d->name);
+		log_info("destination %s: queue pgsaga.%s", d->name, d->name);
+		return 0;
+	}
+	if (!service_destination_variable(participant, var, sizeof(var)))
+		abort(); /* 63 characters and "_URL" fit */
+	/* as the spec's peers: read when opened, not a setting of the table */
+	urls = getenv(var);
+	if (!urls || !*urls) {
+		snprintf(why, sizeof(why), "%s is not set", var);
+		log_warn("destination %s: %s; its messages are dead letters", d->name, why);
+		transport_http_add(service->transport, d->name, NULL, why);
+		return 0;
+	}
+	d->peer = httpc_peer_new(service->base, d->name, urls, &o, why, sizeof(why));
+	if (!d->peer) {
+		snprintf(err, errlen, "%s: %s", var, why);
+		log_error("destination %s: %s; its messages are dead letters", d->name, err);
+		transport_http_add(service->transport, d->name, NULL, err);
+		return -1;
+	}
+	transport_http_add(service->transport, d->name, d->peer, NULL);
+	log_info("destination %s: %s", d->name, urls);
 	return 0;
 }
 
@@ -388,6 +503,13 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			envcfg_help(stdout, argv[0], spec->about, vars, n);
+			if (spec->participants)
+				fputs("\nAny other participant's base URL(s), comma-separated, come from"
+				      " <NAME>_URL:\nits name upper-cased, - as _ (SHIPPING_URL for"
+				      " shipping), read when a saga\ndefinition first names it; unset,"
+				      " commands to it are dead letters whose\nlast_error names the"
+				      " variable (TRANSPORT=http).\n",
+				      stdout);
 			*done = true;
 			return 0;
 		}
@@ -574,6 +696,11 @@ void service_free(struct service *service)
 		service->transport->ops->free(service->transport);
 	for (size_t i = 0; service->peers && i < service->spec->npeers; i++)
 		httpc_peer_free(service->peers[i]);
+	for (size_t i = 0; i < service->nadded; i++) {
+		httpc_peer_free(service->added[i]->peer);
+		free(service->added[i]);
+	}
+	free(service->added);
 	free(service->peers);
 	free(service->dests);
 	free(service->urls);

@@ -39,6 +39,11 @@ struct service_spec {
 	size_t nroutes;
 	const struct service_peer_spec *peers;
 	size_t npeers;
+	/*
+	 * It sends to participants named at run time (service_destination_add):
+	 * --help says how their URLs are named, after the settings.
+	 */
+	bool participants;
 	bool faults; /* FAULT_* settings and POST /admin/faults */
 	const struct admin_spec *admin; /* the service's admin API part (admin_api.h) */
 	inmsg_fn consume; /* messages from the broker (TRANSPORT=amqp) */
@@ -53,6 +58,8 @@ struct service {
 	struct httpc_peer **peers;
 	const char **dests;        /* peers[i] serves dests[i] */
 	const char **urls;         /* at urls[i] (comma-separated) */
+	struct service_dest **added; /* service_destination_add's (service.c) */
+	size_t nadded, added_cap;
 	struct transport *transport;
 	struct tls *tls; /* HTTPS server and client contexts (tls.h), reloaded on SIGHUP */
 
@@ -85,6 +92,39 @@ struct service {
  */
 __attribute__((warn_unused_result)) int service_init(struct service *service, const struct service_spec *spec,
 						 int argc, char **argv, bool *done);
+
+/*
+ * One destination more, named at run time: a saga definition's participant,
+ * 1-63 characters of [a-z0-9_-]. Idempotent: a destination the service knows
+ * already (its spec's peers, or one added before) is left as it is.
+ *
+ * TRANSPORT=http: its base URL(s) come from <NAME>_URL, the name upper-cased
+ * with '-' as '_' (SHIPPING_URL for shipping, COLD_STORAGE_URL for
+ * cold-storage), read now from the environment, a comma-separated list, and
+ * opened as the spec's peers are (https:// with the TLS_* files, a circuit
+ * breaker per instance, HTTP_TIMEOUT_MS). Unset or empty: the destination is
+ * known but has no URL, and every message to it is a dead letter at its
+ * first attempt, last_error "<NAME>_URL is not set" (set it, restart, retry
+ * the dead letters).
+ *
+ * TRANSPORT=amqp: no URL; its messages are published with the participant's
+ * name as routing key, and the service declares the participant's queue
+ * pgsaga.<participant> (where its broker user may) before it publishes there,
+ * so that they wait in it until the participant consumes them.
+ *
+ * Returns 0. Returns -1 with the reason in err when participant is not a
+ * valid name (nothing is added), or when its URL does not parse (its messages
+ * are then dead letters whose last_error is that reason). On the loop's
+ * thread, after service_init.
+ */
+__attribute__((warn_unused_result)) int service_destination_add(struct service *s, const char *participant,
+								   char *err, size_t errlen);
+
+/*
+ * The variable that holds participant's URL(s), "<NAME>_URL", into out;
+ * false when it does not fit.
+ */
+bool service_destination_variable(const char *participant, char *out, size_t outlen);
 
 /*
  * Runs the loop until SIGTERM or SIGINT, then drains; returns the exit

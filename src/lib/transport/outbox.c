@@ -51,7 +51,7 @@ struct delivery {
 	int attempts; /* before this one */
 	struct timespec start;
 	struct metric_series *latency;
-	char peer[32];
+	char peer[64]; /* a destination's name: up to 63 characters */
 };
 
 struct outbox {
@@ -273,7 +273,10 @@ static void delivered(struct transport_send *s, const struct transport_result *r
 		if (!fm)
 			abort();
 		outcome = dead ? "dead" : dd.reason == DELIVERY_CIRCUIT_OPEN ? "circuit_open" : "retry";
-		snprintf(err_s, sizeof(err_s), "%s: %s", r->where, r->error);
+		if (r->where)
+			snprintf(err_s, sizeof(err_s), "%s: %s", r->where, r->error);
+		else
+			snprintf(err_s, sizeof(err_s), "%s", r->error);
 		snprintf(delay_s, sizeof(delay_s), "%" PRId64, dd.delay_ms);
 		snprintf(add_s, sizeof(add_s), "%d", dd.attempts);
 		const char *params[5] = { d->id, add_s, delay_s, dead ? "true" : "false", err_s };

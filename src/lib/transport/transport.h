@@ -56,7 +56,7 @@ struct transport_msg {
 struct transport_result {
 	enum delivery_outcome outcome; /* delivery_policy.h */
 	const char *error;  /* "HTTP 500", "connection refused", "returned: NO_ROUTE" */
-	const char *where;  /* the instance or broker that was used */
+	const char *where;  /* the instance or broker that was used; NULL: none */
 	/* RETRYABLE: a delay the peer asked for (Retry-After), else -1;
 	 * NOT_ATTEMPTED: when to try again, relative */
 	int64_t delay_ms;
@@ -109,10 +109,22 @@ static inline void transport_send(struct transport *t, const struct transport_ms
 /*
  * HTTP: POST /commands/{type} or /events/{type} to the destination's peer,
  * with Authorization: Bearer token and a traceparent for a new span.
- * dests[i] names peers[i]; both arrays and token are borrowed.
+ * dests[i] names peers[i] (the names are copied, the peers and token
+ * borrowed). A message to a destination it does not know is refused
+ * (a dead letter, "<dest>: unknown destination").
  */
 struct transport *transport_http_new(const char *const *dests, struct httpc_peer *const *peers,
 				     size_t n, const char *token);
+
+/*
+ * One destination more, at run time (service_destination_add): dest (copied)
+ * served by peer (borrowed, must outlive the transport), or, peer NULL, a
+ * destination that has no URL: every message to it is refused at once with
+ * error missing (copied; "SHIPPING_URL is not set") and no instance, so its
+ * last_error is that text alone. dest must not be known yet.
+ */
+void transport_http_add(struct transport *t, const char *dest, struct httpc_peer *peer,
+			const char *missing);
 
 /* --- receiving ---------------------------------------------------------- */
 

@@ -10,14 +10,28 @@
 #include "httpd.h"
 #include "traceparent.h"
 
+/* A destination: its peer, or why it has none (its messages are refused). */
+struct http_dest {
+	char *name;
+	struct httpc_peer *peer; /* borrowed; NULL: missing */
+	char *missing;           /* "SHIPPING_URL is not set" when peer is NULL */
+};
+
 struct transport_http {
 	struct transport t; /* first: the ops see a struct transport * */
-	const char *const *dests;
-	struct httpc_peer *const *peers;
-	size_t n;
+	struct http_dest *dests;
+	size_t n, cap;
 	const char *token;
 	int pending;
 };
+
+static const struct http_dest *dest_of(const struct transport_http *h, const char *name)
+{
+	for (size_t i = 0; i < h->n; i++)
+		if (strcmp(h->dests[i].name, name) == 0)
+			return &h->dests[i];
+	return NULL;
+}
 
 static void answered(void *arg, const struct httpc_result *r)
 {
@@ -47,16 +61,18 @@ static void http_send(struct transport *t, const struct transport_msg *m,
 		      struct transport_send *s)
 {
 	struct transport_http *h = (struct transport_http *)t;
-	struct httpc_peer *peer = NULL;
+	const struct http_dest *d = dest_of(h, m->dest);
 	char path[128], auth[300], traceparent[TRACEPARENT_LEN];
 	const char *headers[5] = { "Authorization", auth, NULL, NULL, NULL };
 
-	for (size_t i = 0; i < h->n && !peer; i++)
-		if (strcmp(h->dests[i], m->dest) == 0)
-			peer = h->peers[i];
-	if (!peer) {
-		/* a destination nobody configured: nothing to wait for */
-		struct transport_result r = { DELIVERY_REFUSED, "unknown destination", m->dest, -1 };
+	if (!d || !d->peer) {
+		/*
+		 * a destination nobody configured: nothing to wait for. A missing
+		 * one's error names the variable alone (no instance was used), so
+		 * that last_error says what to set.
+		 */
+		struct transport_result r = { DELIVERY_REFUSED, d ? d->missing : "unknown destination",
+					      d ? NULL : m->dest, -1 };
 
 		s->cb(s, &r);
 		return;
@@ -70,7 +86,7 @@ static void http_send(struct transport *t, const struct transport_msg *m,
 	}
 	s->tag = (uint64_t)(uintptr_t)h;
 	h->pending++;
-	httpc_post(peer, path, m->payload, m->len, headers, answered, s);
+	httpc_post(d->peer, path, m->payload, m->len, headers, answered, s);
 }
 
 static bool http_idle(const struct transport *t)
@@ -89,17 +105,22 @@ static void http_stop(struct transport *t)
 
 static void http_free(struct transport *t)
 {
-	free(t);
+	struct transport_http *h = (struct transport_http *)t;
+
+	for (size_t i = 0; i < h->n; i++) {
+		free(h->dests[i].name);
+		free(h->dests[i].missing);
+	}
+	free(h->dests);
+	free(h);
 }
 
+/* NULL for a destination without a peer: there is no circuit. */
 static const char *http_breaker(const struct transport *t, const char *dest)
 {
-	const struct transport_http *h = (const struct transport_http *)t;
+	const struct http_dest *d = dest_of((const struct transport_http *)t, dest);
 
-	for (size_t i = 0; i < h->n; i++)
-		if (strcmp(h->dests[i], dest) == 0)
-			return httpc_breaker_state(h->peers[i]);
-	return NULL;
+	return d && d->peer ? httpc_breaker_state(d->peer) : NULL;
 }
 
 static const struct transport_ops http_ops = { http_send, http_idle,  http_broker,
@@ -113,11 +134,30 @@ struct transport *transport_http_new(const char *const *dests, struct httpc_peer
 	if (!h)
 		return NULL;
 	h->t.ops = &http_ops;
-	h->dests = dests;
-	h->peers = peers;
-	h->n = n;
 	h->token = token;
+	for (size_t i = 0; i < n; i++)
+		transport_http_add(&h->t, dests[i], peers[i], NULL);
 	return &h->t;
+}
+
+void transport_http_add(struct transport *t, const char *dest, struct httpc_peer *peer,
+			const char *missing)
+{
+	struct transport_http *h = (struct transport_http *)t;
+	struct http_dest *d;
+
+	if (h->n == h->cap) {
+		h->cap = h->cap ? 2 * h->cap : 8;
+		h->dests = realloc(h->dests, h->cap * sizeof(*h->dests));
+		if (!h->dests)
+			abort();
+	}
+	d = &h->dests[h->n++];
+	d->name = strdup(dest);
+	d->peer = peer;
+	d->missing = peer ? NULL : strdup(missing ? missing : "unknown destination");
+	if (!d->name || (!peer && !d->missing))
+		abort();
 }
 
 /* --- receiving: an evhttp request as an inmsg ---------------------------- */

@@ -5,10 +5,10 @@
  *
  * This file is the frame: DOM and formatting helpers, the API client,
  * notices and dialogs, sign-in, auto-refresh and the router. The pages are
- * views in sagas.js and delivery.js, each a function of the address that
- * returns {node, refresh}; they register in pgsaga.views and use the
- * helpers from window.pgsaga. All three files load with defer, in order,
- * before DOMContentLoaded, when the console starts.
+ * views in definitions.js, sagas.js and delivery.js, each a function of
+ * the address that returns {node, refresh}; they register in pgsaga.views
+ * and use the helpers from window.pgsaga. All four files load with defer,
+ * in order, before DOMContentLoaded, when the console starts.
  *
  * One rule above all: every value that came from the database is put into
  * the page as text (text nodes via el()), never as markup, so a customerId
@@ -18,6 +18,8 @@
 'use strict';
 
 window.pgsaga = (function () {
+  // The order saga's states, which the saga list always counts; other
+  // definitions add their own Pending<Step>.
   const STATES = ['PendingPayment', 'PendingInventory', 'Compensating',
     'Completed', 'Failed', 'Compensated'];
   const TERMINAL = new Set(['Completed', 'Failed', 'Compensated']);
@@ -31,7 +33,8 @@ window.pgsaga = (function () {
     timer: null,      // auto-refresh interval
     busy: false,      // a refresh is running
   };
-  // The pages, registered by sagas.js and delivery.js: name -> view(parts, params).
+  // The pages, registered by definitions.js, sagas.js and delivery.js:
+  // name -> view(parts, params).
   const views = {};
 
   // --- DOM helpers: text only ------------------------------------------
@@ -113,7 +116,9 @@ window.pgsaga = (function () {
   }
 
   function badge(stateName) {
-    const known = STATES.includes(stateName) ? stateName : 'unknown';
+    // any definition's step running: coloured as the order saga's
+    const known = STATES.includes(stateName) ? stateName
+      : /^Pending./.test(stateName || '') ? 'Pending' : 'unknown';
     return el('span.badge', { class: 'st-' + known }, stateName || '—');
   }
 

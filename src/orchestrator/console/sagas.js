@@ -1,7 +1,9 @@
 /*
  * The saga pages of the console: the list (#/sagas?filters) and one saga
- * (#/sagas/{id}) with its timeline and Cancel. See console.js for the
- * frame and the rule that data goes into the page as text only.
+ * (#/sagas/{id}) with its definition's steps, its timeline and Cancel.
+ * Sagas of every definition: what a saga's steps are comes from its own
+ * definition (definitions.js), never from this file. See console.js for
+ * the frame and the rule that data goes into the page as text only.
  */
 'use strict';
 
@@ -19,7 +21,8 @@
 
   function listFilters(params) {
     const f = {};
-    for (const k of ['state', 'customerId', 'itemId', 'since', 'until', 'stuck', 'cursor']) {
+    for (const k of ['state', 'definition', 'customerId', 'itemId', 'since', 'until', 'stuck',
+      'cursor']) {
       f[k] = params.get(k) || '';
     }
     f.limit = params.get('limit') || DEFAULT_LIMIT;
@@ -33,16 +36,35 @@
     return '#/sagas' + query(next);
   }
 
+  /* The definition select, its options filled once the definitions are read. */
+  function definitionSelect(f) {
+    const sel = el('select.input', { id: 'f-definition', name: 'definition' },
+      el('option', { value: '' }, 'All definitions'),
+      f.definition ? el('option', { value: f.definition }, f.definition) : null);
+    sel.value = f.definition;
+    P.definitionNames().then((defs) => {
+      const names = defs.map((d) => d.name);
+      if (f.definition && !names.includes(f.definition)) names.push(f.definition);
+      replace(sel, el('option', { value: '' }, 'All definitions'),
+        names.map((n) => el('option', { value: n }, n)));
+      sel.value = f.definition;
+      sel.dataset.loaded = 'true';
+    }, () => { sel.dataset.loaded = 'failed'; });
+    return sel;
+  }
+
   function filterForm(f) {
     const input = (name, label, attrs) => el('div.fld', null,
       el('label.field', { for: 'f-' + name }, label),
       el('input.input', Object.assign({ id: 'f-' + name, name, value: f[name] }, attrs)));
+    const defSel = definitionSelect(f);
     const form = el('form.filters', { id: 'filters', 'aria-label': 'Filters' },
+      el('div.fld', null, el('label.field', { for: 'f-definition' }, 'Definition'), defSel),
       input('customerId', 'Customer', { placeholder: 'c-1', autocomplete: 'off', spellcheck: 'false' }),
       input('itemId', 'Item', { placeholder: 'A001', autocomplete: 'off', spellcheck: 'false' }),
       input('since', 'Created since', { type: 'datetime-local', step: 1 }),
       input('until', 'Created until', { type: 'datetime-local', step: 1 }),
-      input('stuck', 'Stuck for more than (min)',
+      input('stuck', 'Stuck over (min)',
         { type: 'number', min: 1, step: 1, placeholder: 'e.g. 5', inputmode: 'numeric' }),
       el('div.fld.fld-buttons', null,
         el('button.btn.primary', { type: 'submit' }, 'Apply'),
@@ -51,11 +73,13 @@
       ev.preventDefault();
       const fd = new FormData(form);
       const changes = {};
-      for (const k of ['customerId', 'itemId', 'since', 'until', 'stuck']) {
+      for (const k of ['definition', 'customerId', 'itemId', 'since', 'until', 'stuck']) {
         changes[k] = String(fd.get(k) || '').trim();
       }
       go(listHash(f, changes));
     });
+    // a choice of definition applies at once, with what else the form holds
+    defSel.addEventListener('change', () => form.requestSubmit());
     return form;
   }
 
@@ -66,21 +90,34 @@
       'aria-current': f.state === value ? 'true' : null,
       dataset: { state: value === FAILURES ? 'failures' : value || 'all' },
     }, el('span', null, label), el('span.count', null, fmtNumber(count)));
-    return [chip('', 'All', STATES.reduce((a, s) => a + n(s), 0)),
-      STATES.map((s) => chip(s, s, n(s))),
+    // Other definitions' running states come after the order saga's.
+    // With a definition chosen, the order saga's running states at zero
+    // are left out: they are not that definition's.
+    const others = Object.keys(counts).filter((s) => !STATES.includes(s));
+    const shown = (s) => !f.definition || n(s) > 0 || f.state === s || !s.startsWith('Pending');
+    const order = [STATES[0], STATES[1], ...others, ...STATES.slice(2)].filter(shown);
+    return [chip('', 'All', Object.keys(counts).reduce((a, s) => a + n(s), 0)),
+      order.map((s) => chip(s, s, n(s))),
       chip(FAILURES, 'Failures', n('Failed') + n('Compensated'))];
+  }
+
+  /* "stock-first v2": a saga's definition, as the list and its page show it. */
+  function definitionLabel(d) {
+    return d ? [el('span.def-name', null, d.name), el('span.def-ver', null, ' v' + d.version)] : '—';
   }
 
   function sagaRow(s, now) {
     const idle = s.updatedAt ? now - new Date(s.updatedAt).getTime() : null;
     return el('tr', { dataset: { sagaId: s.sagaId } },
       el('td', { 'data-label': 'Saga' }, sagaLink(s.sagaId)),
+      el('td.def', { 'data-label': 'Definition' }, definitionLabel(s.definition)),
       el('td', { 'data-label': 'State' }, badge(s.state),
         !TERMINAL.has(s.state) && idle !== null && idle > 60000
           ? el('span.idle', { title: 'not updated for ' + fmtDuration(idle) }, ' idle ' + fmtDuration(idle))
           : null),
-      el('td.cust', { 'data-label': 'Customer' }, s.customerId),
-      el('td', { 'data-label': 'Item' }, s.itemId),
+      // the order saga's columns: other definitions have none
+      el('td.cust', { 'data-label': 'Customer' }, s.customerId ?? '—'),
+      el('td', { 'data-label': 'Item' }, s.itemId ?? '—'),
       el('td.num', { 'data-label': 'Qty' }, fmtNumber(s.qty)),
       el('td.num', { 'data-label': 'Amount' }, fmtNumber(s.amount)),
       el('td', { 'data-label': 'Created' }, timeEl(s.createdAt)),
@@ -91,7 +128,7 @@
     if (!sagas.length) return el('div.empty', null, el('p', null, 'No saga matches these filters.'));
     const now = Date.now();
     const head = el('thead', null, el('tr', null,
-      ['Saga', 'State', 'Customer', 'Item', 'Qty', 'Amount', 'Created', 'Updated'].map((t) =>
+      ['Saga', 'Definition', 'State', 'Customer', 'Item', 'Qty', 'Amount', 'Created', 'Updated'].map((t) =>
         el('th', { scope: 'col', class: ['Qty', 'Amount'].includes(t) ? 'num' : null }, t))));
     return el('div.table-wrap', null, el('table.grid.cards', { id: 'saga-table' },
       el('caption.sr-only', null, 'Sagas, newest first'), head,
@@ -117,7 +154,7 @@
 
   function listQuery(f) {
     return query({
-      state: f.state, customerId: f.customerId, itemId: f.itemId,
+      state: f.state, definition: f.definition, customerId: f.customerId, itemId: f.itemId,
       since: f.since ? new Date(f.since).toISOString() : '',
       until: f.until ? new Date(f.until).toISOString() : '',
       stuckSeconds: f.stuck ? Math.round(Number(f.stuck) * 60) : '',
@@ -128,7 +165,8 @@
   function listView(parts, params) {
     document.title = 'Sagas · pgsaga console';
     const f = listFilters(params);
-    const key = JSON.stringify([f.state, f.customerId, f.itemId, f.since, f.until, f.stuck, f.limit]);
+    const key = JSON.stringify([f.state, f.definition, f.customerId, f.itemId, f.since, f.until,
+      f.stuck, f.limit]);
     if (paging.key !== key || !f.cursor) {
       paging.cursors = [];
       paging.key = key;
@@ -151,7 +189,8 @@
       }
     }
 
-    const active = [f.state && 'state ' + f.state, f.customerId && 'customer ' + f.customerId,
+    const active = [f.definition && 'definition ' + f.definition, f.state && 'state ' + f.state,
+      f.customerId && 'customer ' + f.customerId,
       f.itemId && 'item ' + f.itemId, f.stuck && 'stuck > ' + f.stuck + ' min'].filter(Boolean);
     // On a phone the filters fold away unless one is set.
     const box = el('details.filter-box', { open: window.innerWidth > 640 || active.length > 0 || null },
@@ -164,15 +203,52 @@
 
   // --- one saga: its timeline -------------------------------------------------
 
-  // Which step of the saga a message belongs to, by its type.
-  const STEP_OF_TYPE = {
-    PayCommand: 'PendingPayment', PaymentSucceeded: 'PendingPayment',
-    PaymentFailed: 'PendingPayment',
-    ReserveInventoryCommand: 'PendingInventory', InventoryReserved: 'PendingInventory',
-    InventoryReservationFailed: 'PendingInventory',
-    RefundPaymentCommand: 'Compensating', PaymentRefunded: 'Compensating',
-    ReleaseInventoryCommand: 'Compensating', InventoryReleased: 'Compensating',
-  };
+  /*
+   * Which state of the saga a message belongs to, by its type, from the
+   * saga's definition: a step's command and its answers to the step's
+   * Pending<Step>, its compensation and the answer to Compensating.
+   */
+  function stateOfType(def) {
+    const m = {};
+    for (const st of (def && Array.isArray(def.steps)) ? def.steps : []) {
+      for (const t of [st.command, st.succeeded, st.failed]) m[t] = 'Pending' + st.name;
+      for (const t of [st.compensation, st.compensated]) m[t] = 'Compensating';
+    }
+    return m;
+  }
+
+  // The order saga names the undo it awaits as 1.0 did (its compensation
+  // column); the other definitions by the step's name.
+  const ORDER_UNDO = { release: 'Inventory', refund: 'Payment' };
+
+  /*
+   * What each step of the saga's definition did, from its history: step
+   * name -> {state, label}, drawn on the step's box. A step leaves its
+   * Pending<Step> by its succeeded or failed event, or by a deadline or a
+   * cancellation; its compensated event says it was undone.
+   */
+  function stepStatus(saga, def) {
+    const hist = Array.isArray(saga.history) ? saga.history : [];
+    const out = {};
+    for (const st of Array.isArray(def.steps) ? def.steps : []) {
+      const pending = 'Pending' + st.name;
+      const left = hist.find((h) => h.fromState === pending && h.toState !== pending);
+      let v = { state: 'idle', label: 'not reached' };
+      if (hist.some((h) => h.toState === pending)) v = { state: 'running', label: 'running' };
+      if (left) {
+        v = left.cause === st.succeeded ? { state: 'done', label: 'done' }
+          : { state: 'failed', label: left.cause === st.failed ? 'failed'
+            : left.cause === 'StepTimeout' ? 'timed out'
+              : left.cause === 'Cancelled' ? 'cancelled' : String(left.cause) };
+      }
+      const awaited = def.name === 'order' ? ORDER_UNDO[saga.compensation] : saga.compensation;
+      if (saga.state === 'Compensating' && awaited === st.name) v = { state: 'undoing', label: 'undoing' };
+      if (hist.some((h) => h.cause === st.compensated)) v = { state: 'undone', label: 'undone' };
+      out[st.name] = v;
+    }
+    return out;
+  }
+
   const KIND_LABEL = { forward: 'forward', compensation: 'compensation', failure: 'failed', done: 'done' };
 
   function stepKind(h) {
@@ -242,7 +318,8 @@
   }
 
   /* One row per history entry, with the messages of the state it entered. */
-  function timeline(saga) {
+  function timeline(saga, def) {
+    const stateOf = stateOfType(def);
     const hist = (Array.isArray(saga.history) ? saga.history.slice() : [])
       .sort((a, b) => (a.version || 0) - (b.version || 0));
     const msgs = orderMessages(Array.isArray(saga.messages) ? saga.messages : []);
@@ -253,7 +330,7 @@
       // entered twice (Compensating after a release) shows them once.
       const mine = [];
       msgs.forEach((m, j) => {
-        if (!used.has(j) && STEP_OF_TYPE[m.type] === h.toState) {
+        if (!used.has(j) && stateOf[m.type] === h.toState) {
           used.add(j);
           mine.push(m);
         }
@@ -274,11 +351,14 @@
         el('th', { scope: 'row' }, k), el('td', null, value(k, v))))));
   }
 
-  async function cancelSaga(saga, after) {
+  async function cancelSaga(saga, def, after) {
+    const st = def ? stepStatus(saga, def) : {};
+    const ran = Object.keys(st).filter((k) => st[k].state === 'done' || st[k].state === 'running');
     const reason = await ask({
       title: 'Cancel saga ' + shortId(saga.sagaId) + '?',
-      body: 'It stops where it is and compensates what has run (refund the payment, release the ' +
-        'reservation), exactly as on a step deadline. This cannot be undone.',
+      body: 'It stops where it is and undoes the steps that have run' +
+        (ran.length ? ' (' + ran.join(', ') + '), last first,' : '') +
+        ' exactly as on a step deadline. This cannot be undone.',
       field: { label: 'Reason (recorded with the saga)', required: true,
         placeholder: 'e.g. customer asked to cancel' },
       cancelLabel: 'Keep saga', okLabel: 'Cancel saga', danger: true,
@@ -296,12 +376,16 @@
   }
 
   function sagaHead(saga, onCancel) {
+    const d = saga.definition;
     const done = TERMINAL.has(saga.state);
     const took = (done ? new Date(saga.updatedAt).getTime() : Date.now()) - new Date(saga.createdAt).getTime();
     return el('div.page-head', null,
       el('div', null,
         el('h1', null, 'Saga ', el('span.mono.saga-id', null, saga.sagaId)),
-        el('p.muted', null, badge(saga.state), ' version ', String(saga.version),
+        el('p.muted', null, badge(saga.state),
+          d ? [' ', el('a.def-label', { href: '#/definitions', title: 'its definition' },
+            definitionLabel(d))] : null,
+          ' · saga version ', String(saga.version),
           ' · took ', fmtDuration(took), done ? '' : ' so far',
           saga.deadlineAt && !done ? [' · step deadline ', timeEl(saga.deadlineAt)] : null)),
       el('div.actions', null,
@@ -311,28 +395,60 @@
           title: 'Link to this page' }, 'Link')));
   }
 
-  function sagaBody(saga) {
-    const { rows, others } = timeline(saga);
+  /* The saga's input: the order saga's four columns, or its input's fields. */
+  function summary(saga, isOrder) {
+    const input = saga.input && typeof saga.input === 'object' ? saga.input : {};
+    const fields = isOrder
+      ? [['Customer', el('span.cust', null, saga.customerId)], ['Item', saga.itemId],
+        ['Qty', fmtNumber(saga.qty)], ['Amount', fmtNumber(saga.amount)]]
+      : Object.entries(input).map(([k, v]) => [k, v === '' ? el('span.muted', null, '(empty)')
+        : el('span.in-val', null, typeof v === 'number' ? fmtNumber(v) : String(v))]);
+    const item = (k, v, key) => el('div', null, el('dt', { class: key ? 'in-key' : null }, k),
+      el('dd', null, v));
+    return el('dl.summary', { class: isOrder ? null : 'any', id: 'saga-input' },
+      fields.map(([k, v]) => item(k, v, !isOrder)),
+      item('Created', timeEl(saga.createdAt)), item('Updated', timeEl(saga.updatedAt)));
+  }
+
+  /* Its definition's steps, each marked with what it did. */
+  function stepsCard(saga, def) {
+    const d = saga.definition || {};
+    return el('section.card.steps-card', { id: 'saga-steps', 'aria-labelledby': 'steps-title' },
+      el('h2', { id: 'steps-title' }, 'Steps of ', definitionLabel(d)),
+      def ? P.stepLine(def, stepStatus(saga, def))
+        : el('p.muted', null, 'Its definition could not be read: the messages are listed apart.'));
+  }
+
+  function outputsCard(saga) {
+    const outs = saga.outputs && typeof saga.outputs === 'object' ? saga.outputs : {};
+    const steps = Object.keys(outs);
+    return el('section.card', { id: 'saga-outputs', 'aria-labelledby': 'out-title' },
+      el('h2', { id: 'out-title' }, 'Outputs'),
+      steps.length ? steps.map((k) => [el('h3', null, k), kvTable(outs[k], 'Output of ' + k)])
+        : el('p.muted', null, 'None.'));
+  }
+
+  function sagaBody(saga, def) {
+    const isOrder = !saga.definition || saga.definition.name === 'order';
+    const { rows, others } = timeline(saga, def);
+    // the peers' rows: always for the order saga, else when a peer has one
+    const peers = [['pay-title', 'Payment', saga.payment], ['res-title', 'Reservation', saga.reservation]]
+      .filter(([, , row]) => isOrder || row)
+      .map(([id, title, row]) => el('section.card', { 'aria-labelledby': id },
+        el('h2', { id }, title), kvTable(row, title + ' row')));
     return [
       saga.cancellation ? el('div.notice.cancelled', { id: 'cancellation' },
         el('strong', null, 'Cancelled by an operator'), ' at ', timeEl(saga.cancellation.at),
         ': ', el('q', null, saga.cancellation.reason)) : null,
-      el('dl.summary', null,
-        [['Customer', el('span.cust', null, saga.customerId)], ['Item', saga.itemId],
-          ['Qty', fmtNumber(saga.qty)], ['Amount', fmtNumber(saga.amount)],
-          ['Created', timeEl(saga.createdAt)], ['Updated', timeEl(saga.updatedAt)]]
-          .map(([k, v]) => el('div', null, el('dt', null, k), el('dd', null, v)))),
+      summary(saga, isOrder),
+      stepsCard(saga, def),
       el('div.cols', null,
         el('section.card.timeline-card', { 'aria-labelledby': 'tl-title' },
           el('h2', { id: 'tl-title' }, 'Timeline'),
           el('ol.timeline', { id: 'timeline' }, rows),
           others.length ? el('div.others', null, el('h3', null, 'Other messages'),
             el('ul.msgs', null, others.map(messageRow))) : null),
-        el('div.side', null,
-          el('section.card', { 'aria-labelledby': 'pay-title' },
-            el('h2', { id: 'pay-title' }, 'Payment'), kvTable(saga.payment, 'Payment row')),
-          el('section.card', { 'aria-labelledby': 'res-title' },
-            el('h2', { id: 'res-title' }, 'Reservation'), kvTable(saga.reservation, 'Reservation row'))))];
+        el('div.side', null, isOrder ? null : outputsCard(saga), peers))];
   }
 
   function sagaView(parts) {
@@ -355,11 +471,14 @@
         replace(body);
         return;
       }
+      const d = saga.definition;
+      // without its definition the page still shows the history and messages
+      const def = d ? await P.definition(d.name, d.version).catch(() => null) : null;
       const raw = el('details.raw', { open: rawOpen || null },
         el('summary', null, 'Raw JSON'), el('pre', { id: 'raw-json' }, JSON.stringify(saga, null, 2)));
       raw.addEventListener('toggle', () => { rawOpen = raw.open; });
       replace(status, partialBox(saga));
-      replace(body, sagaHead(saga, () => cancelSaga(saga, refresh)), sagaBody(saga), raw);
+      replace(body, sagaHead(saga, () => cancelSaga(saga, def, refresh)), sagaBody(saga, def), raw);
     }
     return { node, refresh };
   }

@@ -35,7 +35,7 @@
  * a nack.
  */
 #define NACKS_MAX 3
-#define NACK_DESTS 8
+#define NACK_DESTS 64 /* destinations counted apart; the last slot is shared */
 
 struct settle {
 	uint64_t generation, tag;
@@ -55,18 +55,21 @@ struct mq_link {
 	size_t nsettles, settles_cap;
 	bool stopping, pause_consuming;
 	bool reload_tls; /* SIGHUP: read the TLS files again */
+	char **added;    /* mq_link_add_queue's, not yet taken by the thread */
+	size_t nadded, added_cap;
 
 	/* the thread's own */
 	struct mq_nodes nodes;
 	size_t node;  /* the one connected to, or tried next */
 	size_t tried; /* nodes that did not answer since the last connection */
 	struct {
-		char dest[32];
+		char dest[64];
 		int nacks; /* in a row */
 	} nacked[NACK_DESTS];
 	bool replace; /* NACKS_MAX reached: the connection goes */
-	char service[32], queue[48];
-	char **queues;
+	char service[64], queue[80];
+	char **queues; /* the destinations', NULL-terminated */
+	size_t nqueues;
 	char *tls_ca, *tls_cert, *tls_key; /* NULL: unset */
 	SSL_CTX *tls;        /* amqps: the files as they last loaded, NULL: never */
 	char tls_err[400];   /* why they last did not, as logged; "" */
@@ -182,6 +185,21 @@ void mq_link_reload_tls(struct mq_link *l)
 	signal_fd(l->wake_fd);
 }
 
+void mq_link_add_queue(struct mq_link *l, const char *name)
+{
+	pthread_mutex_lock(&l->mu);
+	if (l->nadded == l->added_cap) {
+		l->added_cap = l->added_cap ? 2 * l->added_cap : 8;
+		l->added = realloc(l->added, l->added_cap * sizeof(*l->added));
+		if (!l->added)
+			abort();
+	}
+	if (!(l->added[l->nadded++] = strdup(name)))
+		abort();
+	pthread_mutex_unlock(&l->mu);
+	signal_fd(l->wake_fd);
+}
+
 void mq_link_pause_consuming(struct mq_link *l)
 {
 	pthread_mutex_lock(&l->mu);
@@ -253,11 +271,17 @@ static bool thread_load_tls(struct mq_link *l, bool hup)
 	return l->tls != NULL;
 }
 
-static void thread_connect(struct mq_link *l, bool consume)
+/* What mq_setup needs of the link, for the node in use. */
+static struct mq_setup thread_setup(struct mq_link *l, bool consume)
 {
-	struct mq_setup setup = { &l->nodes.ci[l->node], l->service,
+	return (struct mq_setup){ &l->nodes.ci[l->node], l->service,
 				  (const char *const *)l->queues, l->prefetch,
 				  consume ? l->queue : NULL, NULL, mq_nodes_group_size(&l->nodes) };
+}
+
+static void thread_connect(struct mq_link *l, bool consume)
+{
+	struct mq_setup setup = thread_setup(l, consume);
 
 	l->why[0] = '\0';
 	if (!l->nodes.ci[l->node].ssl || thread_load_tls(l, false)) {
@@ -577,6 +601,29 @@ static bool thread_read(struct mq_link *l)
 	}
 }
 
+/*
+ * Queues added by the loop (mq_link_add_queue): kept for every connection
+ * from now on, and declared now on the one open. Before the publishes taken
+ * with them, so that none of those to the new queue is returned for want of
+ * it. false: connection lost.
+ */
+static bool thread_add_queues(struct mq_link *l, char **added, size_t n)
+{
+	struct mq_setup setup = thread_setup(l, l->consuming);
+	bool ok = true;
+
+	l->queues = realloc(l->queues, (l->nqueues + n + 1) * sizeof(*l->queues));
+	if (!l->queues)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		l->queues[l->nqueues++] = added[i];
+		l->queues[l->nqueues] = NULL;
+		if (l->conn && ok)
+			ok = mq_setup_declare_peer(l->conn, &setup, added[i], l->why, sizeof(l->why));
+	}
+	return ok;
+}
+
 /* Settlements and publishes the loop handed over. false: connection lost. */
 static bool thread_write(struct mq_link *l, struct settle *s, size_t ns)
 {
@@ -667,9 +714,10 @@ static void *thread_main(void *arg)
 
 	for (;;) {
 		struct settle *s;
-		size_t ns;
+		size_t ns, nadded;
 		bool stopping, pause, reload;
 		struct mq_msg *m;
+		char **added;
 
 		pthread_mutex_lock(&l->mu);
 		stopping = l->stopping;
@@ -682,6 +730,10 @@ static void *thread_main(void *arg)
 		ns = l->nsettles;
 		l->settles = NULL;
 		l->nsettles = l->settles_cap = 0;
+		added = l->added;
+		nadded = l->nadded;
+		l->added = NULL;
+		l->nadded = l->added_cap = 0;
 		pthread_mutex_unlock(&l->mu);
 
 		if (reload && l->tls) /* amqps, loaded once: else the next attempt loads */
@@ -692,6 +744,9 @@ static void *thread_main(void *arg)
 			amqp_basic_cancel(l->conn, CHANNEL, amqp_empty_bytes);
 			l->consuming = false;
 		}
+		if (nadded && !thread_add_queues(l, added, nadded))
+			thread_lose(l);
+		free(added);
 		if (l->conn && (!thread_read(l) || !thread_write(l, s, ns) || !thread_expire(l)))
 			thread_lose(l);
 		free(s);
@@ -756,6 +811,7 @@ struct mq_link *mq_link_new(const struct mq_link_opts *o, char *err, size_t errl
 	for (size_t i = 0; i < nq; i++)
 		if (!(l->queues[i] = strdup(o->queues[i])))
 			abort();
+	l->nqueues = nq;
 	l->tls_ca = dup_or_null(o->tls_ca);
 	l->tls_cert = dup_or_null(o->tls_cert);
 	l->tls_key = dup_or_null(o->tls_key);
@@ -816,6 +872,9 @@ void mq_link_free(struct mq_link *l)
 	for (char **q = l->queues; *q; q++)
 		free(*q);
 	free(l->queues);
+	for (size_t i = 0; i < l->nadded; i++)
+		free(l->added[i]);
+	free(l->added);
 	free_tls(l);
 	close(l->loop_fd);
 	close(l->wake_fd);

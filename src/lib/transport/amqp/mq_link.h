@@ -78,7 +78,7 @@ struct mq_msg {
 	bool up, blocked;
 	char node[80];         /* "host:port" of the node connected to, or tried next */
 	/* publish and delivery */
-	char id[64], type[64], dest[32], traceparent[64];
+	char id[64], type[64], dest[64], traceparent[64];
 	size_t len;
 	char body[]; /* len bytes and a NUL */
 };
@@ -92,7 +92,9 @@ struct mq_link_opts {
 	const char *url;       /* amqp[s]://user:pass@host:port/vhost, or several
 				* nodes of one cluster (mq_nodes.h); copied */
 	const char *service;   /* app_id, and the queue consumed: pgsaga.<service> */
-	const char *const *queues; /* every service's name, NULL-terminated, declared */
+	/* the destinations' names, NULL-terminated: their queues are declared
+	 * too (the service's own always is) */
+	const char *const *queues;
 	int prefetch;
 	int window;            /* unconfirmed publishes at most */
 	int confirm_timeout_ms; /* a publish not confirmed by then failed (0: never) */
@@ -122,6 +124,14 @@ struct mq_msg *mq_link_take(struct mq_link *l);
 void mq_link_publish(struct mq_link *l, struct mq_msg *m);
 
 void mq_link_settle(struct mq_link *l, uint64_t generation, uint64_t tag, enum mq_settle how);
+
+/*
+ * A destination more (name copied): its queue pgsaga.<name> is declared as
+ * the others' are, now when connected and at every connection from then on.
+ * The thread declares it before it publishes anything handed to it after
+ * this call.
+ */
+void mq_link_add_queue(struct mq_link *l, const char *name);
 
 /* Stops consuming; the connection stays for publishes and settlements. */
 void mq_link_pause_consuming(struct mq_link *l);

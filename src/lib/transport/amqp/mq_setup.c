@@ -116,7 +116,7 @@ static enum declared declare_queue(amqp_connection_state_t c, amqp_channel_t ch,
 				   amqp_table_t args, const char *ex, const char *key, char *why,
 				   size_t whylen, int *code)
 {
-	char what[96];
+	char what[112];
 
 	snprintf(what, sizeof(what), "declaring queue %s", q);
 	amqp_queue_declare(c, ch, amqp_cstring_bytes(q), 1, 1, 0, 0, amqp_empty_table);
@@ -151,7 +151,7 @@ static enum declared declare_service_queue(amqp_connection_state_t c, amqp_chann
 					mq_entry_str("x-dead-letter-exchange", "pgsaga.dead"),
 					entry_int("x-quorum-initial-group-size", s->group_size) };
 	amqp_table_t qt = { 3, qargs };
-	char q[48];
+	char q[80];
 
 	snprintf(q, sizeof(q), "pgsaga.%s", svc);
 	return declare_queue(c, ch, q, qt, "pgsaga", svc, why, whylen, code);
@@ -172,6 +172,24 @@ static bool spare_refused(amqp_connection_state_t c, int code, char *why, size_t
 		log_warn("amqp: %s; going on without it (docs/operations.md)", why);
 	amqp_channel_open(c, MQ_SPARE_CHANNEL);
 	return mq_rpc_ok(c, "reopening the spare channel", why, whylen);
+}
+
+/*
+ * A destination's queue, on the open spare channel: skipped when this broker
+ * user may not declare it (403); false when it failed otherwise (the
+ * connection is not used).
+ */
+static bool declare_peer(amqp_connection_state_t c, const struct mq_setup *s, const char *svc,
+			 char *why, size_t whylen)
+{
+	int code = 0;
+	enum declared d;
+
+	if (strcmp(svc, s->service) == 0)
+		return true; /* its own: on MQ_CHANNEL, already */
+	d = declare_service_queue(c, MQ_SPARE_CHANNEL, s, svc, why, whylen, &code);
+	return d == DECLARED ||
+	       (d == REFUSED && code == AMQP_ACCESS_REFUSED && spare_refused(c, code, why, whylen));
 }
 
 /* The shared topology on the spare channel, each piece only where permitted. */
@@ -198,15 +216,21 @@ static bool declare_shared(amqp_connection_state_t c, const struct mq_setup *s, 
 				  "pgsaga.dead", "pgsaga.dead", why, whylen, &code);
 	if (d == LOST || (d == REFUSED && !spare_refused(c, code, why, whylen)))
 		return false;
-	for (const char *const *svc = s->queues; *svc; svc++) {
-		if (strcmp(*svc, s->service) == 0)
-			continue;
-		d = declare_service_queue(c, ch, s, *svc, why, whylen, &code);
-		if (d == LOST || (d == REFUSED && (code != AMQP_ACCESS_REFUSED ||
-						   !spare_refused(c, code, why, whylen))))
+	for (const char *const *svc = s->queues; *svc; svc++)
+		if (!declare_peer(c, s, *svc, why, whylen))
 			return false;
-	}
 	amqp_channel_close(c, ch, AMQP_REPLY_SUCCESS);
+	return mq_rpc_ok(c, "closing the spare channel", why, whylen);
+}
+
+bool mq_setup_declare_peer(amqp_connection_state_t c, const struct mq_setup *s, const char *name,
+			   char *why, size_t whylen)
+{
+	amqp_channel_open(c, MQ_SPARE_CHANNEL);
+	if (!mq_rpc_ok(c, "opening the spare channel", why, whylen) ||
+	    !declare_peer(c, s, name, why, whylen))
+		return false;
+	amqp_channel_close(c, MQ_SPARE_CHANNEL, AMQP_REPLY_SUCCESS);
 	return mq_rpc_ok(c, "closing the spare channel", why, whylen);
 }
 

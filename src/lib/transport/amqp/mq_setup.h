@@ -11,15 +11,24 @@
  *
  * Topology and least privilege. What a service needs is declared on
  * MQ_CHANNEL and must succeed: the exchange pgsaga and its own queue with its
- * binding. The rest (the fanout pgsaga.dead with its queue, and the peers'
- * queues, so that a message sent before a peer's first start waits for it
- * rather than being returned) is declared on MQ_SPARE_CHANNEL, one
+ * binding. The rest (the fanout pgsaga.dead with its queue, and the queues of
+ * the destinations it sends to, s->queues and those mq_setup_declare_peer
+ * adds) is declared on MQ_SPARE_CHANNEL, one
  * declaration at a time: when the broker refuses one (403 ACCESS_REFUSED:
  * the service runs as a RabbitMQ user without configure rights there, see
  * docs/tls.md "One RabbitMQ user per service"), that channel is reopened and the
  * service goes on; each peer declares its own queue, and whoever may declare
  * pgsaga.dead (the orchestrator's user) does. Any other failure to declare
  * pgsaga.dead is logged too, and never keeps a service from its own queue.
+ *
+ * Why the sender declares its destinations' queues too, when the receiver
+ * declares its own anyway: a participant a saga definition names may start
+ * after the first command to it was sent. A mandatory publish with no queue
+ * bound is returned, a failed attempt retried with backoff, which only
+ * delays the loss: after RETRY_MAX_ATTEMPTS it is a dead letter. Declared by
+ * the sender, the queue holds the command until the participant comes. Where
+ * the sender's broker user may not declare it, the return is what is left:
+ * retried, and a dead letter once the attempts run out.
  *
  * A queue that exists already is kept as it is (a passive declaration
  * first): the broker refuses a declaration whose arguments differ from the
@@ -50,7 +59,7 @@
 struct mq_setup {
 	const struct amqp_connection_info *ci;
 	const char *service;             /* the connection's name */
-	const char *const *queues;       /* every service (own queue: service), NULL-ended */
+	const char *const *queues;       /* the destinations' (pgsaga.<name>), NULL-ended */
 	int prefetch;
 	const char *consume;             /* the queue to consume, or NULL */
 	SSL_CTX *tls;                    /* amqps: from mq_tls_load (borrowed) */
@@ -63,6 +72,16 @@ struct mq_setup {
 
 /* A connection ready for use, or NULL with the reason in why. Strings borrowed. */
 amqp_connection_state_t mq_setup_open(const struct mq_setup *s, char *why, size_t whylen);
+
+/*
+ * A destination's queue pgsaga.<name>, declared on the spare channel of a
+ * connection mq_setup_open made, as it declares those of s->queues (skipped
+ * when the broker refuses it with 403). Frames that arrive meanwhile for
+ * MQ_CHANNEL are kept by the library for the next read. false: the
+ * connection is no longer usable, why says why.
+ */
+bool mq_setup_declare_peer(amqp_connection_state_t c, const struct mq_setup *s, const char *name,
+			   char *why, size_t whylen);
 
 /* True when the connection's last RPC succeeded; else why says what failed. */
 bool mq_rpc_ok(amqp_connection_state_t c, const char *what, char *why, size_t whylen);

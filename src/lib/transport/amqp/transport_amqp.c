@@ -32,11 +32,10 @@
 #include "mq_nodes.h"
 #include "traceparent.h"
 
-#define MAX_DESTS 8
 #define WINDOW 256
 
 struct dest_breaker {
-	char name[32];
+	char name[64];
 	struct breaker br;
 	struct metric_series *state; /* saga_peer_circuit_state, as httpc's */
 };
@@ -57,8 +56,12 @@ struct transport_amqp {
 	struct event *ev;
 	struct transport_amqp_opts o;
 	char where[128];
-	struct dest_breaker dests[MAX_DESTS];
-	int ndests;
+	/* the destinations' circuits, made at the first send to each */
+	struct dest_breaker *dests;
+	int ndests, cap;
+	/* where it sends: the peers, and those added (transport_amqp_add_dest) */
+	char **names;
+	size_t nnames, names_cap;
 	int unconfirmed, outstanding;
 	bool up, stopping;
 	struct held *held;
@@ -73,13 +76,18 @@ struct transport_amqp {
 static struct dest_breaker *breaker_for(struct transport_amqp *a, const char *dest)
 {
 	struct dest_breaker *d;
-	char labels[200];
+	char labels[224];
 
 	for (int i = 0; i < a->ndests; i++)
 		if (strcmp(a->dests[i].name, dest) == 0)
 			return &a->dests[i];
-	if (a->ndests == MAX_DESTS)
-		return &a->dests[MAX_DESTS - 1]; /* unreachable: three services */
+	/* nothing keeps a pointer past the call: the array may move */
+	if (a->ndests == a->cap) {
+		a->cap = a->cap ? 2 * a->cap : 8;
+		a->dests = realloc(a->dests, (size_t)a->cap * sizeof(*a->dests));
+		if (!a->dests)
+			abort();
+	}
 	d = &a->dests[a->ndests++];
 	snprintf(d->name, sizeof(d->name), "%s", dest);
 	breaker_init(&d->br, a->o.breaker_failures, a->o.breaker_open_ms);
@@ -137,10 +145,33 @@ static bool known_dest(const struct transport_amqp *a, const char *dest)
 	/* itself: a refused delivery it kept, retried by an operator */
 	if (strcmp(dest, a->o.service) == 0)
 		return true;
-	for (size_t i = 0; i < a->o.ndests; i++)
-		if (strcmp(a->o.dests[i], dest) == 0)
+	for (size_t i = 0; i < a->nnames; i++)
+		if (strcmp(a->names[i], dest) == 0)
 			return true;
 	return false;
+}
+
+static void add_name(struct transport_amqp *a, const char *dest)
+{
+	if (a->nnames == a->names_cap) {
+		a->names_cap = a->names_cap ? 2 * a->names_cap : 8;
+		a->names = realloc(a->names, a->names_cap * sizeof(*a->names));
+		if (!a->names)
+			abort();
+	}
+	if (!(a->names[a->nnames++] = strdup(dest)))
+		abort();
+}
+
+void transport_amqp_add_dest(struct transport *t, const char *dest)
+{
+	struct transport_amqp *a = (struct transport_amqp *)t;
+
+	if (known_dest(a, dest))
+		return;
+	add_name(a, dest);
+	/* handed to the link before any publish to it can be: declared first */
+	mq_link_add_queue(a->link, dest);
 }
 
 static void amqp_send(struct transport *t, const struct transport_msg *msg,
@@ -438,6 +469,10 @@ static void amqp_free(struct transport *t)
 	mq_link_free(a->link);
 	if (a->ev)
 		event_free(a->ev);
+	for (size_t i = 0; i < a->nnames; i++)
+		free(a->names[i]);
+	free(a->names);
+	free(a->dests);
 	free(a);
 }
 
@@ -503,18 +538,32 @@ static void declare_metrics(struct transport_amqp *a)
 struct transport *transport_amqp_new(struct event_base *base, const struct transport_amqp_opts *o,
 				     char *err, size_t errlen)
 {
-	static const char *const queues[] = { "orchestrator", "payment", "inventory", NULL };
 	struct transport_amqp *a = calloc(1, sizeof(*a));
+	/*
+	 * The queues it declares: its own (the link's, always) and those of the
+	 * destinations it sends to, so that what it sends before a receiver's
+	 * first start waits in the receiver's queue (see mq_setup.h).
+	 */
+	const char **queues = calloc(o->ndests + 1, sizeof(*queues));
 	struct mq_link_opts lo = { o->url, o->service, queues, o->prefetch, WINDOW,
 				   o->confirm_timeout_ms, o->tls_ca, o->tls_cert, o->tls_key };
 
-	if (!a)
+	if (!a || !queues)
 		abort();
 	a->t.ops = &amqp_ops;
 	a->base = base;
 	a->o = *o;
+	a->o.dests = NULL; /* borrowed for the call: names has them */
+	for (size_t i = 0; i < o->ndests; i++) {
+		add_name(a, o->dests[i]);
+		queues[i] = o->dests[i];
+	}
 	a->link = mq_link_new(&lo, err, errlen);
+	free(queues); /* copied */
 	if (!a->link) {
+		for (size_t i = 0; i < a->nnames; i++)
+			free(a->names[i]);
+		free(a->names);
 		free(a);
 		return NULL;
 	}

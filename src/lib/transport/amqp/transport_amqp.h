@@ -19,7 +19,8 @@ struct transport_refusal {
 
 struct transport_amqp_opts {
 	const char *url, *service;
-	const char *const *dests; /* where it may send (the peers), ndests of them */
+	/* where it sends (the peers), ndests of them: their queues are declared too */
+	const char *const *dests;
 	size_t ndests;
 	int prefetch;
 	int confirm_timeout_ms; /* mq_link_opts */
@@ -45,11 +46,20 @@ struct transport_amqp_opts {
  * publishes confirmed and mandatory, a breaker per destination as over
  * HTTP; deliveries of pgsaga.<service> handed to consume. on_up(arg) runs
  * each time the broker connection comes up (the outbox sweeps then).
- * o is copied; dests must outlive the transport, the other strings are
- * borrowed for the call only. Returns NULL with a reason in err.
+ * o is copied; the names in dests are copied, service must outlive the
+ * transport, the other strings are borrowed for the call only. Returns NULL
+ * with a reason in err.
  */
 struct transport *transport_amqp_new(struct event_base *base, const struct transport_amqp_opts *o,
 				     char *err, size_t errlen);
+
+/*
+ * One destination more, at run time (service_destination_add): dest
+ * (copied) is sent to with routing key dest, and its queue pgsaga.<dest> is
+ * declared before the first publish to it (mq_link_add_queue), and again at
+ * every connection. A known one is left as it is.
+ */
+void transport_amqp_add_dest(struct transport *t, const char *dest);
 
 
 #endif
