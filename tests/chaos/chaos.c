@@ -1,14 +1,21 @@
 /*
- * chaos: many orders while the system is broken on purpose (issue #3, item
- * 10), then the invariants of docs/protocol.md checked to the unit.
+ * chaos: many sagas of both shipped definitions while the system is broken on
+ * purpose (issue #3, item 10), then the invariants of docs/protocol.md
+ * checked to the unit.
  *
- * For CHAOS_SECONDS, client threads place CHAOS_SAGAS orders (evenly paced)
+ * For CHAOS_SECONDS, client threads start CHAOS_SAGAS sagas (evenly paced)
  * over a few items with limited stock, from customers whose credit
- * (PAYMENT_DEFAULT_CREDIT) covers only part of what they order. Meanwhile:
- *  - services are SIGKILLed at random and restarted (CHAOS_KILLS in all,
- *    each service at least once when there are three or more);
- *  - payment and inventory answer 500 (FAULT_FAIL_RATE) and commit then drop
- *    the response (FAULT_DROP_RESPONSE_RATE);
+ * (PAYMENT_DEFAULT_CREDIT) covers only part of what they order. Two in three
+ * are orders (POST /orders: payment, inventory); one in three is
+ * order-with-shipping (POST /sagas/order-with-shipping: then shipping, the
+ * participant made of SQL, sql/shipping/shipping.sql run by saga-participant),
+ * one in eight of those to the address "nowhere", which shipping refuses, so
+ * the saga compensates. Meanwhile:
+ *  - the orchestrator, payment, inventory and shipping are SIGKILLed at
+ *    random and restarted (CHAOS_KILLS in all, each at least once when there
+ *    are four or more);
+ *  - payment, inventory and shipping answer 500 (FAULT_FAIL_RATE) and commit
+ *    then drop the response (FAULT_DROP_RESPONSE_RATE);
  *  - PostgreSQL is stopped and started again once, half way through;
  *  - under SAGA_TEST_TRANSPORT=amqp, the RabbitMQ node is SIGKILLed and
  *    started again once, a quarter of the way through (nothing may then
@@ -16,16 +23,18 @@
  * A short STEP_TIMEOUT_MS makes sagas stuck behind a dead service
  * compensate, so timeouts race with late answers.
  *
- * A client whose POST /orders gets no answer (killed orchestrator), a 503
+ * A client whose POST gets no answer (killed orchestrator), a 503
  * (database down) or a 429 (admission control: a deployment under faults
  * finishes less, so it takes fewer starts) sends the same request again
  * with the same Idempotency-Key until it gets its 201: that is what the key
  * is for, and a refused key must then be taken as new.
  *
  * Then the faults stop, and within CHAOS_CONVERGE_S every saga must be
- * terminal and every outbox row delivered, none dead; exactly one saga per
- * key must exist; each saga's history must hold one row per version; and
- * every check of sql/audit.sql, run as saga_auditor, must return no row.
+ * terminal and every outbox row (shipping's too) delivered, none dead;
+ * exactly one saga per key must exist; each saga's history must hold one
+ * row per version; every check of sql/audit.sql, run as saga_auditor, must
+ * return no row; and each order-with-shipping saga must have one shipment
+ * with status shipped when Completed, none when Failed or Compensated.
  *
  * Knobs (environment): CHAOS_SAGAS (500), CHAOS_KILLS (10), CHAOS_SECONDS
  * (30), CHAOS_CONVERGE_S (60), CHAOS_THREADS (8), CHAOS_SEED (time).

@@ -4,7 +4,8 @@
  * A throwaway PostgreSQL cluster per test binary (started as an unprivileged
  * user by scripts/pg-cluster, in a private directory on a free port), a fresh
  * database per test with sql/bootstrap.sql applied, and the three real
- * service binaries started on free ports, each connecting as its own role.
+ * service binaries started on free ports, each connecting as its own role;
+ * participants made of SQL (saga-participant) beside them when a test asks.
  *
  * Tests run in Check's forked children; services are started from the child
  * with PR_SET_PDEATHSIG so a failing test cannot leak them.
