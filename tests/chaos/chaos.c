@@ -1,14 +1,21 @@
 /*
- * chaos: many orders while the system is broken on purpose (issue #3, item
- * 10), then the invariants of docs/protocol.md checked to the unit.
+ * chaos: many sagas of both shipped definitions while the system is broken on
+ * purpose (issue #3, item 10), then the invariants of docs/protocol.md
+ * checked to the unit.
  *
- * For CHAOS_SECONDS, client threads place CHAOS_SAGAS orders (evenly paced)
+ * For CHAOS_SECONDS, client threads start CHAOS_SAGAS sagas (evenly paced)
  * over a few items with limited stock, from customers whose credit
- * (PAYMENT_DEFAULT_CREDIT) covers only part of what they order. Meanwhile:
- *  - services are SIGKILLed at random and restarted (CHAOS_KILLS in all,
- *    each service at least once when there are three or more);
- *  - payment and inventory answer 500 (FAULT_FAIL_RATE) and commit then drop
- *    the response (FAULT_DROP_RESPONSE_RATE);
+ * (PAYMENT_DEFAULT_CREDIT) covers only part of what they order. Two in three
+ * are orders (POST /orders: payment, inventory); one in three is
+ * order-with-shipping (POST /sagas/order-with-shipping: then shipping, the
+ * participant made of SQL, sql/shipping/shipping.sql run by saga-participant),
+ * one in eight of those to the address "nowhere", which shipping refuses, so
+ * the saga compensates. Meanwhile:
+ *  - the orchestrator, payment, inventory and shipping are SIGKILLed at
+ *    random and restarted (CHAOS_KILLS in all, each at least once when there
+ *    are four or more);
+ *  - payment, inventory and shipping answer 500 (FAULT_FAIL_RATE) and commit
+ *    then drop the response (FAULT_DROP_RESPONSE_RATE);
  *  - PostgreSQL is stopped and started again once, half way through;
  *  - under SAGA_TEST_TRANSPORT=amqp, the RabbitMQ node is SIGKILLed and
  *    started again once, a quarter of the way through (nothing may then
@@ -16,16 +23,18 @@
  * A short STEP_TIMEOUT_MS makes sagas stuck behind a dead service
  * compensate, so timeouts race with late answers.
  *
- * A client whose POST /orders gets no answer (killed orchestrator), a 503
+ * A client whose POST gets no answer (killed orchestrator), a 503
  * (database down) or a 429 (admission control: a deployment under faults
  * finishes less, so it takes fewer starts) sends the same request again
  * with the same Idempotency-Key until it gets its 201: that is what the key
  * is for, and a refused key must then be taken as new.
  *
  * Then the faults stop, and within CHAOS_CONVERGE_S every saga must be
- * terminal and every outbox row delivered, none dead; exactly one saga per
- * key must exist; each saga's history must hold one row per version; and
- * every check of sql/audit.sql, run as saga_auditor, must return no row.
+ * terminal and every outbox row (shipping's too) delivered, none dead;
+ * exactly one saga per key must exist; each saga's history must hold one
+ * row per version; every check of sql/audit.sql, run as saga_auditor, must
+ * return no row; and each order-with-shipping saga must have one shipment
+ * with status shipped when Completed, none when Failed or Compensated.
  *
  * Knobs (environment): CHAOS_SAGAS (500), CHAOS_KILLS (10), CHAOS_SECONDS
  * (30), CHAOS_CONVERGE_S (60), CHAOS_THREADS (8), CHAOS_SEED (time).
@@ -101,13 +110,13 @@ static long rnd_in(uint64_t *s, long lo, long hi)
 
 /* --- the services' settings ------------------------------------------------ */
 
-static char credit_env[64];
+static char credit_env[64], shipping_url_env[64], definitions_env[PATH_MAX + 32];
 
 /* Every (re)start of a service gets the same settings. */
-static const char *const orch_extra[] = {
+static const char *orch_extra[] = {
 	"STEP_TIMEOUT_MS=3000", "RETRY_BASE_MS=50", "RETRY_CAP_MS=1000",
 	"RETRY_MAX_ATTEMPTS=1000", "LEASE_MS=2000", "HTTP_TIMEOUT_MS=2000",
-	"BREAKER_OPEN_MS=500", NULL,
+	"BREAKER_OPEN_MS=500", shipping_url_env, definitions_env, NULL,
 };
 static const char *pay_extra[] = {
 	"RETRY_BASE_MS=50", "RETRY_CAP_MS=1000", "RETRY_MAX_ATTEMPTS=1000", "LEASE_MS=2000",
@@ -120,18 +129,65 @@ static const char *const inv_extra[] = {
 	"FAULT_DROP_RESPONSE_RATE=0.15", NULL,
 };
 
-static const char *const *extra_of(enum svc s)
+/* shipping: saga-participant running sql/shipping/shipping.sql, faulty as the others */
+static const char *const ship_extra[] = {
+	"PARTICIPANT_COMMANDS=ShipOrderCommand=ship_order(OrderShipped|ShippingFailed)"
+	"/CancelShipmentCommand=cancel_shipment(ShipmentCancelled)",
+	"RETRY_BASE_MS=50", "RETRY_CAP_MS=1000", "RETRY_MAX_ATTEMPTS=1000", "LEASE_MS=2000",
+	"HTTP_TIMEOUT_MS=2000", "BREAKER_OPEN_MS=500", "FAULT_FAIL_RATE=0.15",
+	"FAULT_DROP_RESPONSE_RATE=0.15", NULL,
+};
+
+/*
+ * The victims of kills: the three services and shipping, which is no
+ * enum svc (a participant, started by env_start_participant).
+ */
+#define SHIPPING SVC_COUNT
+#define N_VICTIMS (SVC_COUNT + 1)
+
+static int shipping_port;
+
+static const char *const *extra_of(int s)
 {
-	return s == SVC_ORCH ? orch_extra : s == SVC_PAY ? (const char *const *)pay_extra : inv_extra;
+	return s == SVC_ORCH  ? (const char *const *)orch_extra
+	       : s == SVC_PAY ? (const char *const *)pay_extra
+	       : s == SVC_INV ? inv_extra
+			      : ship_extra;
 }
 
-static const char *const svc_names[SVC_COUNT] = { "orchestrator", "payment", "inventory" };
+static const char *const svc_names[N_VICTIMS] = { "orchestrator", "payment", "inventory",
+						  "shipping" };
+
+static int port_of(int s)
+{
+	return s == SHIPPING ? shipping_port : env.port[s];
+}
+
+static void start_victim(int s)
+{
+	if (s == SHIPPING)
+		env_start_participant(&env, "shipping", shipping_port, ship_extra);
+	else
+		env_start(&env, (enum svc)s, extra_of(s));
+}
+
+static int stop_victim(int s, int sig)
+{
+	return s == SHIPPING ? env_stop_participant(&env, "shipping", sig)
+			     : env_stop(&env, (enum svc)s, sig);
+}
+
+static pid_t pid_of(int s)
+{
+	return s == SHIPPING ? env_participant_pid(&env, "shipping") : env.pid[s];
+}
 
 /* --- clients ----------------------------------------------------------------- */
 
 struct order {
 	char key[UUID_STR_LEN];
-	char body[160];
+	char body[200];
+	const char *path;           /* POST /orders or /sagas/order-with-shipping */
 	char saga_id[UUID_STR_LEN]; /* from the 201 */
 	int tries;
 	bool replayed;              /* the 201 carried Idempotent-Replayed */
@@ -153,7 +209,7 @@ static void place(struct order *o)
 	snprintf(kh, sizeof(kh), "Idempotency-Key: %s", o->key);
 	for (;;) {
 		struct http_resp r;
-		int rc = http_do(env.port[SVC_ORCH], "POST", "/orders", h, o->body, (size_t)-1, &r);
+		int rc = http_do(env.port[SVC_ORCH], "POST", o->path, h, o->body, (size_t)-1, &r);
 
 		o->tries++;
 		o->status = rc == 0 ? r.status : 0;
@@ -201,7 +257,8 @@ static void place(struct order *o)
 			/* as told, but within the test's patience */
 			sleep_ms(wait_s > 2 ? 2000 : wait_s * 1000);
 		} else {
-			snprintf(o->error, sizeof(o->error), "POST /orders: %d %.120s", r.status, r.body);
+			snprintf(o->error, sizeof(o->error), "POST %s: %d %.100s", o->path, r.status,
+				 r.body);
 			http_resp_free(&r);
 			atomic_fetch_add(&orders_done, 1);
 			return;
@@ -277,72 +334,87 @@ static void make_orders(uint64_t *seed, long *credit, long *stock)
 	orders = calloc((size_t)K.sagas, sizeof(*orders));
 	ck_assert_ptr_nonnull(orders);
 	for (long i = 0; i < K.sagas; i++) {
+		long customer = rnd_in(seed, 0, N_CUSTOMERS - 1), item = rnd_in(seed, 0, N_ITEMS - 1);
+		long qty = rnd_in(seed, 1, 3), amount = rnd_in(seed, 100, 1000);
+		int n;
+
 		uuid_new(orders[i].key);
-		snprintf(orders[i].body, sizeof(orders[i].body),
-			 "{\"customerId\":\"cust-%02ld\",\"itemId\":\"item-%ld\",\"qty\":%ld,"
-			 "\"amount\":%ld}",
-			 rnd_in(seed, 0, N_CUSTOMERS - 1), rnd_in(seed, 0, N_ITEMS - 1),
-			 rnd_in(seed, 1, 3), rnd_in(seed, 100, 1000));
+		/* a third ship what they order, one in eight of those to nowhere */
+		if (i % 3 != 2) {
+			orders[i].path = "/orders";
+			n = snprintf(orders[i].body, sizeof(orders[i].body),
+				     "{\"customerId\":\"cust-%02ld\",\"itemId\":\"item-%ld\","
+				     "\"qty\":%ld,\"amount\":%ld}",
+				     customer, item, qty, amount);
+		} else {
+			orders[i].path = "/sagas/order-with-shipping";
+			n = snprintf(orders[i].body, sizeof(orders[i].body),
+				     "{\"customerId\":\"cust-%02ld\",\"itemId\":\"item-%ld\","
+				     "\"qty\":%ld,\"amount\":%ld,\"address\":\"%s\"}",
+				     customer, item, qty, amount,
+				     rnd_in(seed, 0, 7) == 0 ? "nowhere" : "12 Harbour Road, Leith");
+		}
+		ck_assert_int_lt(n, (int)sizeof(orders[i].body));
 	}
 }
 
 /* --- faults ----------------------------------------------------------------- */
 
 struct chaos_stats {
-	int kills[SVC_COUNT];
+	int kills[N_VICTIMS];
 	long db_down_ms;
 	long broker_down_ms; /* amqp: SIGKILL to accepting connections again */
 	double inbox_dups; /* from /metrics, scraped before each kill and at the end */
 };
 
-static void scrape_dups(struct chaos_stats *st, enum svc s)
+static void scrape_dups(struct chaos_stats *st, int s)
 {
-	double v = metrics_read_sum(env.port[s], "saga_inbox_duplicates_total");
+	double v = metrics_read_sum(port_of(s), "saga_inbox_duplicates_total");
 
 	if (v > 0)
 		st->inbox_dups += v;
 }
 
-static void kill_and_restart(struct chaos_stats *st, enum svc s, int down_ms)
+static void kill_and_restart(struct chaos_stats *st, int s, int down_ms)
 {
 	int status;
 
 	scrape_dups(st, s);
-	status = env_stop(&env, s, SIGKILL);
+	status = stop_victim(s, SIGKILL);
 	ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
 		      "%s had exited by itself before the kill (status 0x%x)", svc_names[s], status);
 	st->kills[s]++;
 	sleep_ms(down_ms);
-	env_start(&env, s, extra_of(s));
+	start_victim(s);
 }
 
-/* The kill schedule: each service once per round of three, rounds shuffled. */
-static enum svc victim(uint64_t *seed, int k)
+/* The kill schedule: each service once per round of four, rounds shuffled. */
+static int victim(uint64_t *seed, int k)
 {
-	static enum svc round[3];
+	static int round[N_VICTIMS];
 
-	if (k % 3 == 0) {
-		for (int i = 0; i < 3; i++)
-			round[i] = (enum svc)i;
-		for (int i = 2; i > 0; i--) {
+	if (k % N_VICTIMS == 0) {
+		for (int i = 0; i < N_VICTIMS; i++)
+			round[i] = i;
+		for (int i = N_VICTIMS - 1; i > 0; i--) {
 			int j = (int)rnd_in(seed, 0, i);
-			enum svc t = round[i];
+			int t = round[i];
 
 			round[i] = round[j];
 			round[j] = t;
 		}
 	}
-	return round[k % 3];
+	return round[k % N_VICTIMS];
 }
 
-static void set_faults(enum svc s, const char *body)
+static void set_faults(int s, const char *body)
 {
 	char auth[128];
 	const char *h[2] = { auth, NULL };
 	struct http_resp r;
 
 	snprintf(auth, sizeof(auth), "Authorization: Bearer %s", env.token);
-	ck_assert_int_eq(http_do(env.port[s], "POST", "/admin/faults", h, body, (size_t)-1, &r), 0);
+	ck_assert_int_eq(http_do(port_of(s), "POST", "/admin/faults", h, body, (size_t)-1, &r), 0);
 	ck_assert_msg(r.status == 200, "/admin/faults on %s: %d %s", svc_names[s], r.status, r.body);
 	http_resp_free(&r);
 }
@@ -357,6 +429,8 @@ static const char unsettled_sql[] =
 	"     + (SELECT count(*) FROM payment.outbox_messages"
 	"         WHERE processed_at IS NULL AND dead_at IS NULL)"
 	"     + (SELECT count(*) FROM inventory.outbox_messages"
+	"         WHERE processed_at IS NULL AND dead_at IS NULL)"
+	"     + (SELECT count(*) FROM shipping.outbox_messages"
 	"         WHERE processed_at IS NULL AND dead_at IS NULL)";
 
 
@@ -415,9 +489,15 @@ START_TEST(chaos_invariants_hold)
 	fflush(stdout);
 	make_orders(&seed, &credit, &stock);
 	snprintf(credit_env, sizeof(credit_env), "PAYMENT_DEFAULT_CREDIT=%ld", credit);
-	env_start(&env, SVC_INV, extra_of(SVC_INV));
-	env_start(&env, SVC_PAY, extra_of(SVC_PAY));
-	env_start(&env, SVC_ORCH, extra_of(SVC_ORCH));
+	shipping_port = harness_free_port();
+	snprintf(shipping_url_env, sizeof(shipping_url_env), "SHIPPING_URL=http://127.0.0.1:%d",
+		 shipping_port);
+	snprintf(definitions_env, sizeof(definitions_env),
+		 "SAGA_DEFINITIONS_DIR=%s/src/orchestrator/definitions", getenv("SAGA_SOURCE_DIR"));
+	start_victim(SVC_INV);
+	start_victim(SVC_PAY);
+	start_victim(SHIPPING);
+	start_victim(SVC_ORCH);
 	for (int i = 0; i < N_ITEMS; i++) {
 		snprintf(sql, sizeof(sql),
 			 "INSERT INTO inventory.stock (item_id, available) VALUES ('item-%d', %ld)", i,
@@ -485,6 +565,7 @@ START_TEST(chaos_invariants_hold)
 	/* --- the faults stop: everything must settle --- */
 	set_faults(SVC_PAY, "{\"failRate\":0,\"dropResponseRate\":0,\"delayMs\":0}");
 	set_faults(SVC_INV, "{\"failRate\":0,\"dropResponseRate\":0,\"delayMs\":0}");
+	set_faults(SHIPPING, "{\"failRate\":0,\"dropResponseRate\":0,\"delayMs\":0}");
 	bool settled = env_wait_sql(&env, unsettled_sql, "0", (int)K.converge_s * 1000);
 	double converge_s = (double)(clock_ms() - t_faults_end) / 1000.0;
 
@@ -501,6 +582,8 @@ START_TEST(chaos_invariants_hold)
 			" UNION ALL SELECT 'payment', * FROM payment.outbox_messages"
 			"  WHERE processed_at IS NULL AND dead_at IS NULL"
 			" UNION ALL SELECT 'inventory', * FROM inventory.outbox_messages"
+			"  WHERE processed_at IS NULL AND dead_at IS NULL"
+			" UNION ALL SELECT 'shipping', * FROM shipping.outbox_messages"
 			"  WHERE processed_at IS NULL AND dead_at IS NULL LIMIT 20) o");
 		ck_abort_msg("not settled %ld s after the faults stopped\nsagas in flight:\n%s\n"
 			     "undelivered outbox rows:\n%s",
@@ -554,49 +637,88 @@ START_TEST(chaos_invariants_hold)
 #define ALL_OUTBOX                                                                      \
 	" FROM (SELECT attempt_count, processed_at FROM orchestrator.outbox_messages"        \
 	" UNION ALL SELECT attempt_count, processed_at FROM payment.outbox_messages"        \
-	" UNION ALL SELECT attempt_count, processed_at FROM inventory.outbox_messages) o"
+	" UNION ALL SELECT attempt_count, processed_at FROM inventory.outbox_messages"      \
+	" UNION ALL SELECT attempt_count, processed_at FROM shipping.outbox_messages) o"
 	long long delivered = env_sql_llf(&env,
 				"SELECT count(*) FILTER (WHERE processed_at IS NOT NULL)" ALL_OUTBOX);
 	long long failed_attempts = env_sql_llf(&env,
 				"SELECT coalesce(sum(attempt_count), 0)" ALL_OUTBOX);
 	long long rows_retried = env_sql_llf(&env,
 				"SELECT count(*) FILTER (WHERE attempt_count > 0)" ALL_OUTBOX);
-	for (int s = 0; s < SVC_COUNT; s++)
-		scrape_dups(&st, (enum svc)s);
+	for (int s = 0; s < N_VICTIMS; s++)
+		scrape_dups(&st, s);
+	/* shipping: its dead letters (the audit reads the three schemas), and its
+	 * shipments against the sagas' endings */
+	long long shipping_dead = env_sql_llf(&env,
+				"SELECT count(*) FROM shipping.outbox_messages WHERE dead_at IS NOT NULL");
+	char *ship_bad = sql_text(
+		"SELECT string_agg(format('%s %s: %s shipped of %s rows', s.saga_id, s.state,"
+		"  (SELECT count(*) FROM shipping.shipments h"
+		"    WHERE h.saga_id = s.saga_id AND h.status = 'shipped'),"
+		"  (SELECT count(*) FROM shipping.shipments h WHERE h.saga_id = s.saga_id)), E'\\n')"
+		" FROM (SELECT * FROM orchestrator.saga_instances"
+		"        WHERE definition_name = 'order-with-shipping') s"
+		" WHERE (SELECT count(*) FROM shipping.shipments h"
+		"         WHERE h.saga_id = s.saga_id AND h.status = 'shipped')"
+		"       <> CASE WHEN s.state = 'Completed' THEN 1 ELSE 0 END");
+	long long ship_sagas = env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.saga_instances"
+				" WHERE definition_name = 'order-with-shipping'");
+	long long ship_completed = env_sql_llf(&env,
+				"SELECT count(*) FROM orchestrator.saga_instances"
+				" WHERE definition_name = 'order-with-shipping' AND state = 'Completed'");
+	long long ship_refused = env_sql_llf(&env,
+				"SELECT count(*) FROM shipping.shipments WHERE status = 'refused'");
+	long long ship_cancelled = env_sql_llf(&env,
+				"SELECT count(*) FROM shipping.shipments WHERE status = 'cancelled'");
+	long long ship_orders = 0;
+
+	for (long i = 0; i < K.sagas; i++)
+		ship_orders += orders[i].path[1] == 's';
 
 	printf("chaos summary: %ld sagas (Completed %lld, Failed %lld, Compensated %lld; %lld hit a "
-	       "step timeout, %lld voided rows); kills %d (orchestrator %d, payment %d, inventory %d), "
+	       "step timeout, %lld voided rows); order-with-shipping %lld (Completed %lld; shipments "
+	       "refused %lld, cancelled %lld); kills %d (orchestrator %d, payment %d, inventory %d, "
+	       "shipping %d), "
 	       "1 PostgreSQL restart (%.1f s down); POST /orders retried %ld times (%ld on 503, %ld "
 	       "on 429, %ld on no answer), %ld replayed; %lld messages delivered, %lld delivery attempts failed "
 	       "and were retried (%lld messages), inbox duplicates >= %.0f; converged in %.1f s; "
 	       "dead letters %ld; audit %s\n",
-	       K.sagas, completed, failed, compensated, timeouts, voided,
-	       st.kills[0] + st.kills[1] + st.kills[2], st.kills[SVC_ORCH], st.kills[SVC_PAY],
-	       st.kills[SVC_INV], (double)st.db_down_ms / 1000.0,
+	       K.sagas, completed, failed, compensated, timeouts, voided, ship_sagas, ship_completed,
+	       ship_refused, ship_cancelled,
+	       st.kills[0] + st.kills[1] + st.kills[2] + st.kills[SHIPPING], st.kills[SVC_ORCH],
+	       st.kills[SVC_PAY], st.kills[SVC_INV], st.kills[SHIPPING],
+	       (double)st.db_down_ms / 1000.0,
 	       (long)(atomic_load(&retries_503) + atomic_load(&retries_429) +
 		      atomic_load(&retries_conn)),
 	       (long)atomic_load(&retries_503), (long)atomic_load(&retries_429),
 	       (long)atomic_load(&retries_conn),
 	       (long)atomic_load(&replays), delivered, failed_attempts, rows_retried, st.inbox_dups,
-	       converge_s, dead, fo ? "FAILED" : "clean");
+	       converge_s, dead + (long)shipping_dead, fo ? "FAILED" : "clean");
 	fflush(stdout);
 
 	ck_assert_msg(fo == 0, "audit (sql/audit.sql as saga_auditor) found:%s", failures);
+	ck_assert_msg(ship_bad[0] == '\0',
+		      "order-with-shipping sagas whose shipments do not match their ending "
+		      "(Completed: one shipped; else none):\n%.2000s", ship_bad);
+	free(ship_bad);
+	ck_assert_int_eq(ship_sagas, ship_orders);
 	/*
 	 * No service died on its own, and each stops cleanly (in a sanitizer
 	 * build, LeakSanitizer runs at this exit and fails its status).
 	 */
-	for (int s = 0; s < SVC_COUNT; s++) {
+	for (int s = 0; s < N_VICTIMS; s++) {
 		int status = 0;
 
-		ck_assert_msg(waitpid(env.pid[s], &status, WNOHANG) == 0,
+		ck_assert_msg(waitpid(pid_of(s), &status, WNOHANG) == 0,
 			      "%s died during the test (status 0x%x): see its log", svc_names[s],
 			      status);
-		status = env_stop(&env, (enum svc)s, SIGTERM);
+		status = stop_victim(s, SIGTERM);
 		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 			      "%s did not exit cleanly on SIGTERM (status 0x%x)", svc_names[s], status);
 	}
 	ck_assert_int_eq(dead, 0);
+	ck_assert_int_eq(shipping_dead, 0);
 	ck_assert_int_eq(in_flight, 0);
 	if (harness_amqp()) {
 		printf("chaos: over amqp, RabbitMQ down %.1f s; pgsaga.dead holds %ld\n",
@@ -609,7 +731,7 @@ START_TEST(chaos_invariants_hold)
 	if (K.sagas >= 100)
 		ck_assert_msg(completed > 0 && failed > 0 && compensated > 0,
 			      "a final state never occurred: retune the stock and credit");
-	ck_assert_int_ge(st.kills[0] + st.kills[1] + st.kills[2], K.kills);
+	ck_assert_int_ge(st.kills[0] + st.kills[1] + st.kills[2] + st.kills[SHIPPING], K.kills);
 	audit_free(checks, nchecks);
 	free(res);
 	free(orders);
@@ -619,6 +741,7 @@ END_TEST
 static void setup(void)
 {
 	env_create(&env);
+	env_load_sql(&env, "sql/shipping/shipping.sql");
 }
 
 static void teardown(void)

@@ -60,7 +60,8 @@ static const char *const svc_vars[] = {
 	"HTTP_TIMEOUT_MS", "LEASE_MS", "BREAKER_FAILURES", "BREAKER_OPEN_MS", "STEP_TIMEOUT_MS",
 	"IDEMPOTENCY_TTL_S", "PAYMENT_DEFAULT_CREDIT", "FAULT_FAIL_RATE", "FAULT_DELAY_MS",
 	"FAULT_DROP_RESPONSE_RATE", "LOG_LEVEL", "ADMIN_TOKEN", "TRANSPORT", "AMQP_URL",
-	"AMQP_PREFETCH", "MARK_WINDOW_MS", NULL,
+	"AMQP_PREFETCH", "MARK_WINDOW_MS", "SHIPPING_URL", "SAGA_DEFINITIONS_DIR",
+	"PARTICIPANT_NAME", "PARTICIPANT_COMMANDS", NULL,
 };
 
 /* Set once by harness_cluster_start in the runner, inherited by every test child. */
@@ -582,22 +583,28 @@ void env_create(struct saga_env *e)
 	random_hex(e->token + strlen(e->token), 12);
 }
 
-void env_log_path(const struct saga_env *e, enum svc s, char *out, size_t len)
+/* <cluster dir>/<dbname>-<name>.log: where a process of e writes. */
+static void log_path_of(const struct saga_env *e, const char *name, char *out, size_t len)
 {
-	int n = snprintf(out, len, "%s/%s-%s.log", cluster_dir, e->dbname, svc_name[s]);
+	int n = snprintf(out, len, "%s/%s-%s.log", cluster_dir, e->dbname, name);
 
 	if (n < 0 || (size_t)n >= len)
 		ck_abort_msg("log path too long in %s", cluster_dir);
 }
 
-static void print_log_tail(const struct saga_env *e, enum svc s)
+void env_log_path(const struct saga_env *e, enum svc s, char *out, size_t len)
+{
+	log_path_of(e, svc_name[s], out, len);
+}
+
+static void print_log_tail(const struct saga_env *e, const char *name)
 {
 	char path[PATH_MAX], buf[LOG_TAIL_BYTES + 1];
 	int fd;
 	off_t size;
 	ssize_t n;
 
-	env_log_path(e, s, path, sizeof(path));
+	log_path_of(e, name, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return;
@@ -629,11 +636,20 @@ bool harness_https_on(void)
 	return hs.ca[0] != '\0';
 }
 
-static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enum svc s,
-						   const char *path, const char *logp,
+/* What one process of a test runs as: the three services and participants alike. */
+struct proc_spec {
+	const char *name;   /* for logs and messages */
+	const char *binary; /* path */
+	const char *db_url; /* DATABASE_URL */
+	int port;           /* LISTEN_ADDR's */
+	const char *const *preset; /* "NAME=value" before extra, may be NULL */
+};
+
+static __attribute__((noreturn)) void exec_process(const struct saga_env *e,
+						   const struct proc_spec *p,
 						   const char *const *extra, pid_t parent)
 {
-	char val[128];
+	char val[128], logp[PATH_MAX];
 	const char *ll = getenv("SAGA_TEST_LOG_LEVEL");
 	int fd;
 
@@ -641,6 +657,7 @@ static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enu
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(127);
+	log_path_of(e, p->name, logp, sizeof(logp));
 	fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
 	if (fd >= 0) {
 		dup2(fd, 1);
@@ -654,13 +671,13 @@ static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enu
 
 	for (const char *const *v = svc_vars; *v; v++)
 		unsetenv(*v);
-	setenv("DATABASE_URL", e->url[s], 1);
-	snprintf(val, sizeof(val), "127.0.0.1:%d", e->port[s]);
+	setenv("DATABASE_URL", p->db_url, 1);
+	snprintf(val, sizeof(val), "127.0.0.1:%d", p->port);
 	setenv("LISTEN_ADDR", val, 1);
-	for (int p = 0; p < SVC_COUNT; p++) {
+	for (int s = 0; s < SVC_COUNT; s++) {
 		snprintf(val, sizeof(val), "%s://127.0.0.1:%d", harness_https_on() ? "https" : "http",
-			 e->port[p]);
-		setenv(svc_peer_var[p], val, 1);
+			 e->port[s]);
+		setenv(svc_peer_var[s], val, 1);
 	}
 	setenv("INTERNAL_TOKEN", e->token, 1);
 	setenv("TRANSPORT", harness_transport(), 1);
@@ -678,81 +695,96 @@ static __attribute__((noreturn)) void exec_service(const struct saga_env *e, enu
 	setenv("RETRY_CAP_MS", "500", 1);
 	setenv("RETRY_MAX_ATTEMPTS", "100", 1);
 	setenv("BREAKER_OPEN_MS", "500", 1);
+	for (const char *const *v = p->preset; v && *v; v++)
+		set_kv(*v);
 	for (; extra && *extra; extra++)
 		set_kv(*extra);
 
-	execl(path, path, (char *)NULL);
-	fprintf(stderr, "harness: cannot run %s: %s\n", path, strerror(errno));
+	execl(p->binary, p->binary, (char *)NULL);
+	fprintf(stderr, "harness: cannot run %s: %s\n", p->binary, strerror(errno));
 	_exit(127);
 }
 
 static int http_get_status(int port, const char *path, int timeout_ms);
 
-void env_start(struct saga_env *e, enum svc s, const char *const *extra)
+/* Starts p into *pid and waits for its /readyz; fails the test otherwise. */
+static void start_process(struct saga_env *e, const struct proc_spec *p, pid_t *pid,
+			  const char *const *extra)
 {
-	char path[PATH_MAX], logp[PATH_MAX];
 	long long deadline;
-	pid_t pid, self = getpid();
+	pid_t self = getpid();
 
-	snprintf(path, sizeof(path), "%s/src/%s/saga-%s", env_dir("SAGA_BUILD_DIR"), svc_name[s],
-		 svc_name[s]);
-	if (access(path, X_OK) < 0)
-		ck_abort_msg("%s: %s", path, strerror(errno));
-	if (e->pid[s])
-		ck_abort_msg("%s is already running (pid %ld)", svc_name[s], (long)e->pid[s]);
-	env_log_path(e, s, logp, sizeof(logp));
-
-	pid = fork();
-	if (pid < 0)
+	if (access(p->binary, X_OK) < 0)
+		ck_abort_msg("%s: %s", p->binary, strerror(errno));
+	if (*pid)
+		ck_abort_msg("%s is already running (pid %ld)", p->name, (long)*pid);
+	*pid = fork();
+	if (*pid < 0)
 		ck_abort_msg("fork: %s", strerror(errno));
-	if (pid == 0)
-		exec_service(e, s, path, logp, extra, self);
-	e->pid[s] = pid;
+	if (*pid == 0)
+		exec_process(e, p, extra, self);
 
 	deadline = clock_ms() + READY_TIMEOUT_MS;
 	for (;;) {
 		int status;
 
-		if (waitpid(pid, &status, WNOHANG) == pid) {
-			e->pid[s] = 0;
-			print_log_tail(e, s);
+		if (waitpid(*pid, &status, WNOHANG) == *pid) {
+			*pid = 0;
+			print_log_tail(e, p->name);
 			if (WIFEXITED(status))
 				ck_abort_msg("%s exited with status %d while starting (log above)",
-					     svc_name[s], WEXITSTATUS(status));
-			ck_abort_msg("%s died of signal %d while starting (log above)", svc_name[s],
+					     p->name, WEXITSTATUS(status));
+			ck_abort_msg("%s died of signal %d while starting (log above)", p->name,
 				     WTERMSIG(status));
 		}
-		if (http_get_status(e->port[s], "/readyz", 1000) == 200)
+		if (http_get_status(p->port, "/readyz", 1000) == 200)
 			return;
 		if (clock_ms() >= deadline)
 			break;
 		sleep_ms(READY_POLL_MS);
 	}
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	e->pid[s] = 0;
-	print_log_tail(e, s);
-	ck_abort_msg("%s not ready on port %d after %d ms (log above)", svc_name[s], e->port[s],
+	kill(*pid, SIGKILL);
+	waitpid(*pid, NULL, 0);
+	*pid = 0;
+	print_log_tail(e, p->name);
+	ck_abort_msg("%s not ready on port %d after %d ms (log above)", p->name, p->port,
 		     READY_TIMEOUT_MS);
+}
+
+static void service_spec(const struct saga_env *e, enum svc s, char *path, size_t len,
+			 struct proc_spec *p)
+{
+	snprintf(path, len, "%s/src/%s/saga-%s", env_dir("SAGA_BUILD_DIR"), svc_name[s],
+		 svc_name[s]);
+	*p = (struct proc_spec){ .name = svc_name[s], .binary = path, .db_url = e->url[s],
+				 .port = e->port[s] };
+}
+
+void env_start(struct saga_env *e, enum svc s, const char *const *extra)
+{
+	char path[PATH_MAX];
+	struct proc_spec p;
+
+	service_spec(e, s, path, sizeof(path), &p);
+	start_process(e, &p, &e->pid[s], extra);
 }
 
 int env_run_to_exit(struct saga_env *e, enum svc s, const char *const *extra)
 {
-	char path[PATH_MAX], logp[PATH_MAX];
+	char path[PATH_MAX];
+	struct proc_spec p;
 	long long deadline = clock_ms() + READY_TIMEOUT_MS;
 	pid_t pid, self = getpid();
 	int status;
 
-	snprintf(path, sizeof(path), "%s/src/%s/saga-%s", env_dir("SAGA_BUILD_DIR"), svc_name[s],
-		 svc_name[s]);
+	service_spec(e, s, path, sizeof(path), &p);
 	if (e->pid[s])
 		ck_abort_msg("%s is already running (pid %ld)", svc_name[s], (long)e->pid[s]);
-	env_log_path(e, s, logp, sizeof(logp));
 	pid = fork();
 	if (pid < 0)
 		ck_abort_msg("fork: %s", strerror(errno));
 	if (pid == 0)
-		exec_service(e, s, path, logp, extra, self);
+		exec_process(e, &p, extra, self);
 	for (;;) {
 		if (waitpid(pid, &status, WNOHANG) == pid)
 			return status;
@@ -762,7 +794,7 @@ int env_run_to_exit(struct saga_env *e, enum svc s, const char *const *extra)
 	}
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
-	print_log_tail(e, s);
+	print_log_tail(e, svc_name[s]);
 	ck_abort_msg("%s started (or hung) where it had to stop (log above)", svc_name[s]);
 }
 
@@ -773,48 +805,131 @@ void env_start_all(struct saga_env *e)
 	env_start(e, SVC_ORCH, NULL);
 }
 
-int env_stop(struct saga_env *e, enum svc s, int sig)
+/* Sends sig to *pid and waits for it; 0 in *pid after. */
+static int stop_process(struct saga_env *e, const char *name, pid_t *pid, int sig)
 {
-	pid_t pid = e->pid[s];
 	long long deadline = clock_ms() + STOP_TIMEOUT_MS;
+	pid_t p = *pid;
 	int status;
 
-	if (!pid)
-		ck_abort_msg("env_stop: %s is not running", svc_name[s]);
-	kill(pid, sig);
+	if (!p)
+		ck_abort_msg("stopping %s: it is not running", name);
+	kill(p, sig);
 	for (;;) {
-		pid_t r = waitpid(pid, &status, WNOHANG);
+		pid_t r = waitpid(p, &status, WNOHANG);
 
-		if (r == pid)
+		if (r == p)
 			break;
 		if (r < 0 && errno != EINTR) {
-			e->pid[s] = 0;
-			ck_abort_msg("waitpid %s: %s", svc_name[s], strerror(errno));
+			*pid = 0;
+			ck_abort_msg("waitpid %s: %s", name, strerror(errno));
 		}
 		if (clock_ms() >= deadline) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			e->pid[s] = 0;
-			print_log_tail(e, s);
-			ck_abort_msg("%s did not exit within %d ms of signal %d", svc_name[s],
+			kill(p, SIGKILL);
+			waitpid(p, NULL, 0);
+			*pid = 0;
+			print_log_tail(e, name);
+			ck_abort_msg("%s did not exit within %d ms of signal %d", name,
 				     STOP_TIMEOUT_MS, sig);
 		}
 		sleep_ms(10);
 	}
-	e->pid[s] = 0;
+	*pid = 0;
 	return status;
+}
+
+int env_stop(struct saga_env *e, enum svc s, int sig)
+{
+	return stop_process(e, svc_name[s], &e->pid[s], sig);
+}
+
+int harness_free_port(void)
+{
+	int port;
+
+	free_ports(&port, 1);
+	return port;
+}
+
+/* --- participants made of SQL ------------------------------------------------ */
+
+void env_load_sql(struct saga_env *e, const char *rel_path)
+{
+	char script[PATH_MAX];
+	const char *const argv[] = { "psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", script,
+				     e->admin_url, NULL };
+
+	snprintf(script, sizeof(script), "%s/%s", env_dir("SAGA_SOURCE_DIR"), rel_path);
+	if (!exited_ok(run_cmd(argv, NULL)))
+		ck_abort_msg("psql -f %s failed on %s", script, e->dbname);
+}
+
+static struct env_participant *participant_of(struct saga_env *e, const char *name, bool add)
+{
+	struct env_participant *free_slot = NULL;
+
+	for (size_t i = 0; i < ENV_PARTICIPANTS; i++) {
+		if (strcmp(e->part[i].name, name) == 0)
+			return &e->part[i];
+		if (!free_slot && !e->part[i].name[0])
+			free_slot = &e->part[i];
+	}
+	if (!add)
+		ck_abort_msg("participant %s was never started", name);
+	if (!free_slot || strlen(name) >= sizeof(free_slot->name))
+		ck_abort_msg("participant %s: no room (%d at most, names < %zu bytes)", name,
+			     ENV_PARTICIPANTS, sizeof(free_slot->name));
+	snprintf(free_slot->name, sizeof(free_slot->name), "%s", name);
+	return free_slot;
+}
+
+void env_start_participant(struct saga_env *e, const char *name, int port,
+			   const char *const *extra)
+{
+	struct env_participant *pt = participant_of(e, name, true);
+	char path[PATH_MAX], url[512], pname[96];
+	const char *preset[2] = { pname, NULL };
+	struct proc_spec p;
+
+	snprintf(path, sizeof(path), "%s/src/participant/saga-participant",
+		 env_dir("SAGA_BUILD_DIR"));
+	snprintf(url, sizeof(url), "host=127.0.0.1 port=%d dbname=%s user=saga_%s", cluster_port,
+		 e->dbname, name);
+	snprintf(pname, sizeof(pname), "PARTICIPANT_NAME=%s", name);
+	pt->port = port;
+	p = (struct proc_spec){ .name = pt->name, .binary = path, .db_url = url, .port = port,
+				.preset = preset };
+	start_process(e, &p, &pt->pid, extra);
+}
+
+int env_stop_participant(struct saga_env *e, const char *name, int sig)
+{
+	struct env_participant *pt = participant_of(e, name, false);
+
+	return stop_process(e, pt->name, &pt->pid, sig);
+}
+
+pid_t env_participant_pid(struct saga_env *e, const char *name)
+{
+	return participant_of(e, name, false)->pid;
+}
+
+static void kill_and_reap(pid_t *pid)
+{
+	if (!*pid)
+		return;
+	kill(*pid, SIGKILL);
+	while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	*pid = 0;
 }
 
 void env_destroy(struct saga_env *e)
 {
-	for (int s = 0; s < SVC_COUNT; s++) {
-		if (!e->pid[s])
-			continue;
-		kill(e->pid[s], SIGKILL);
-		while (waitpid(e->pid[s], NULL, 0) < 0 && errno == EINTR)
-			;
-		e->pid[s] = 0;
-	}
+	for (int s = 0; s < SVC_COUNT; s++)
+		kill_and_reap(&e->pid[s]);
+	for (size_t i = 0; i < ENV_PARTICIPANTS; i++)
+		kill_and_reap(&e->part[i].pid);
 	if (e->admin) {
 		PQfinish(e->admin);
 		e->admin = NULL;

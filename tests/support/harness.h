@@ -4,7 +4,8 @@
  * A throwaway PostgreSQL cluster per test binary (started as an unprivileged
  * user by scripts/pg-cluster, in a private directory on a free port), a fresh
  * database per test with sql/bootstrap.sql applied, and the three real
- * service binaries started on free ports, each connecting as its own role.
+ * service binaries started on free ports, each connecting as its own role;
+ * participants made of SQL (saga-participant) beside them when a test asks.
  *
  * Tests run in Check's forked children; services are started from the child
  * with PR_SET_PDEATHSIG so a failing test cannot leak them.
@@ -69,6 +70,8 @@ void harness_broker_delete_queue(const char *queue);
  * routing_key: it receives a copy of every message sent there. */
 void harness_broker_tap(const char *queue, const char *routing_key);
 
+#define ENV_PARTICIPANTS 2
+
 struct saga_env {
 	char dbname[64];
 	char admin_url[512];        /* superuser, this database */
@@ -78,6 +81,12 @@ struct saga_env {
 	pid_t pid[SVC_COUNT];       /* 0 when not running */
 	char token[64];             /* INTERNAL_TOKEN given to the services */
 	PGconn *admin;              /* cached superuser connection */
+	/* participants made of SQL (env_start_participant), "" name when free */
+	struct env_participant {
+		char name[32];
+		int port;
+		pid_t pid;          /* 0 when not running */
+	} part[ENV_PARTICIPANTS];
 };
 
 /* A new database with bootstrap.sql applied; no service started yet. */
@@ -108,6 +117,31 @@ void env_start_all(struct saga_env *e);
 /* Sends sig to the service and waits for it to exit; returns its exit status
  * as from waitpid (use WIFEXITED etc.). */
 int env_stop(struct saga_env *e, enum svc s, int sig);
+
+/*
+ * Participants made of SQL functions (saga-participant, docs/participants.md)
+ * beside the three services, e.g. shipping:
+ *
+ *   env_load_sql(e, "sql/shipping/shipping.sql");
+ *   env_start_participant(e, "shipping", port, extra);
+ *
+ * env_load_sql runs a file of the source tree as superuser on e's database
+ * (psql, ON_ERROR_STOP). env_start_participant runs saga-participant as
+ * env_start runs a service (same defaults, peers' URLs, token, transport;
+ * log <dbname>-<name>.log) with PARTICIPANT_NAME=name, DATABASE_URL as role
+ * saga_<name>, LISTEN_ADDR on port; extra must give PARTICIPANT_COMMANDS. The
+ * orchestrator learns its URL from its own extra (e.g. SHIPPING_URL). At most
+ * ENV_PARTICIPANTS names per env; env_destroy kills them too.
+ */
+void env_load_sql(struct saga_env *e, const char *rel_path);
+void env_start_participant(struct saga_env *e, const char *name, int port,
+			   const char *const *extra);
+/* As env_stop, for a participant started before. */
+int env_stop_participant(struct saga_env *e, const char *name, int sig);
+/* Its pid, 0 when not running. */
+pid_t env_participant_pid(struct saga_env *e, const char *name);
+/* A free TCP port on 127.0.0.1 (a participant's, say). */
+int harness_free_port(void);
 
 /* Stops what runs (SIGKILL) and closes connections. The database stays. */
 void env_destroy(struct saga_env *e);

@@ -105,7 +105,8 @@ static void mq_close(amqp_connection_state_t c)
 void harness_broker_reset(void)
 {
 	static const char *const queues[] = { "pgsaga.orchestrator", "pgsaga.payment",
-					      "pgsaga.inventory", "pgsaga.dead", "tap" };
+					      "pgsaga.inventory", "pgsaga.shipping",
+					      "pgsaga.dead", "tap" };
 	amqp_connection_state_t c;
 
 	if (!harness_amqp())
