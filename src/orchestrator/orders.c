@@ -563,18 +563,22 @@ void sagas_post(struct evhttp_request *req, void *svc, const char *tail)
 	saga_registry_reload(sagas_reloaded, h);
 }
 
-/* --- GET /orders/{id} ------------------------------------------------- */
+/* --- GET /orders/{id}, GET /sagas/{id} ------------------------------- */
+
+/* A saga's timeline, the last member of both answers. */
+#define HISTORY_JSON                                                                       \
+	"  'history', (SELECT json_agg(json_build_object("                                 \
+	"                'version', h.version, 'fromState', h.from_state, 'toState', h.to_state," \
+	"                'cause', h.cause, 'messageId', h.message_id, 'at', rfc3339(h.at))"  \
+	"              ORDER BY h.version)"                                                  \
+	"              FROM saga_history h WHERE h.saga_id = s.saga_id))::text"
 
 static const char get_sql[] =
 	"SELECT json_build_object("
 	"  'sagaId', s.saga_id, 'state', s.state, 'version', s.version,"
 	"  'customerId', s.customer_id, 'itemId', s.item_id, 'qty', s.qty, 'amount', s.amount,"
 	"  'createdAt', rfc3339(s.created_at), 'updatedAt', rfc3339(s.updated_at),"
-	"  'history', (SELECT json_agg(json_build_object("
-	"                'version', h.version, 'fromState', h.from_state, 'toState', h.to_state,"
-	"                'cause', h.cause, 'messageId', h.message_id, 'at', rfc3339(h.at))"
-	"              ORDER BY h.version)"
-	"              FROM saga_history h WHERE h.saga_id = s.saga_id))::text"
+	HISTORY_JSON
 	"  FROM saga_instances s WHERE s.saga_id = $1";
 
 /* GET /sagas/{id}: any definition's saga, with its input and outputs. */
@@ -586,11 +590,7 @@ static const char get_saga_sql[] =
 	"  'state', s.state, 'version', s.version, 'input', saga_input(s),"
 	"  'outputs', coalesce(s.outputs, '{}'),"
 	"  'createdAt', rfc3339(s.created_at), 'updatedAt', rfc3339(s.updated_at),"
-	"  'history', (SELECT json_agg(json_build_object("
-	"                'version', h.version, 'fromState', h.from_state, 'toState', h.to_state,"
-	"                'cause', h.cause, 'messageId', h.message_id, 'at', rfc3339(h.at))"
-	"              ORDER BY h.version)"
-	"              FROM saga_history h WHERE h.saga_id = s.saga_id))::text"
+	HISTORY_JSON
 	"  FROM saga_instances s WHERE s.saga_id = $1";
 
 static void get_done(void *arg, PGresult *res, const struct db_error *err)

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "fixture.h"
+#include "stock_first.h"
 #include "jsonx.h"
 #include "metrics_reader.h"
 #include "uuid.h"
@@ -537,23 +538,7 @@ END_TEST
 
 /* --- sagas of another definition ----------------------------------------- */
 
-/* Stock first, then the payment, on the real inventory and payment
- * (tests/integration/sagas_as_data.c runs it through its steps). */
-static const char stock_first[] =
-	"{\"name\": \"stock-first\", \"version\": 1,\n"
-	" \"input\": {\"customerId\": {\"type\": \"id\"}, \"itemId\": {\"type\": \"id\"},\n"
-	"           \"qty\": {\"type\": \"integer\", \"min\": 1, \"max\": 10},\n"
-	"           \"amount\": {\"type\": \"integer\", \"min\": 1, \"max\": 100000000},\n"
-	"           \"note\": {\"type\": \"string\", \"maxLength\": 20}},\n"
-	" \"steps\": [\n"
-	"  {\"name\": \"Stock\", \"participant\": \"inventory\",\n"
-	"   \"command\": \"ReserveInventoryCommand\", \"fields\": [\"itemId\", \"qty\"],\n"
-	"   \"succeeded\": \"InventoryReserved\", \"failed\": \"InventoryReservationFailed\",\n"
-	"   \"compensation\": \"ReleaseInventoryCommand\", \"compensated\": \"InventoryReleased\"},\n"
-	"  {\"name\": \"Charge\", \"participant\": \"payment\",\n"
-	"   \"command\": \"PayCommand\", \"fields\": [\"customerId\", \"amount\"],\n"
-	"   \"succeeded\": \"PaymentSucceeded\", \"failed\": \"PaymentFailed\",\n"
-	"   \"compensation\": \"RefundPaymentCommand\", \"compensated\": \"PaymentRefunded\"}]}\n";
+static const char stock_first[] = STOCK_FIRST("");
 
 /* The three services, the orchestrator with stock-first from SAGA_DEFINITIONS_DIR. */
 static void start_all_admin_stock_first(void)

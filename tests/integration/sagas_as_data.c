@@ -26,25 +26,12 @@
 #include <unistd.h>
 
 #include "fixture.h"
+#include "stock_first.h"
 #include "suites.h"
 #include "uuid.h"
 
-/* Stock first, then the payment: the order saga's participants, another saga. */
-static const char stock_first[] =
-	"{\"name\": \"stock-first\", \"version\": 1,\n"
-	" \"input\": {\"customerId\": {\"type\": \"id\"}, \"itemId\": {\"type\": \"id\"},\n"
-	"           \"qty\": {\"type\": \"integer\", \"min\": 1, \"max\": 10},\n"
-	"           \"amount\": {\"type\": \"integer\", \"min\": 1, \"max\": 100000000},\n"
-	"           \"note\": {\"type\": \"string\", \"maxLength\": 20}},\n"
-	" \"steps\": [\n"
-	"  {\"name\": \"Stock\", \"participant\": \"inventory\",\n"
-	"   \"command\": \"ReserveInventoryCommand\", \"fields\": [\"itemId\", \"qty\"],\n"
-	"   \"succeeded\": \"InventoryReserved\", \"failed\": \"InventoryReservationFailed\",\n"
-	"   \"compensation\": \"ReleaseInventoryCommand\", \"compensated\": \"InventoryReleased\"},\n"
-	"  {\"name\": \"Charge\", \"participant\": \"payment\", \"deadlineMs\": %d,\n"
-	"   \"command\": \"PayCommand\", \"fields\": [\"customerId\", \"amount\"],\n"
-	"   \"succeeded\": \"PaymentSucceeded\", \"failed\": \"PaymentFailed\",\n"
-	"   \"compensation\": \"RefundPaymentCommand\", \"compensated\": \"PaymentRefunded\"}]}\n";
+/* Stock first, then the payment, Charge with a deadline of its own (printf's %d). */
+static const char stock_first[] = STOCK_FIRST(" \"deadlineMs\": %d,");
 
 /* Version 2 of it: the same steps, the charge first. */
 static const char stock_first_v2[] =
