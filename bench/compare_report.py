@@ -22,6 +22,7 @@ import json, os, sys
 out, csv_path = sys.argv[1], sys.argv[2]
 concs = [int(c) for c in sys.argv[3].split()]
 rounds, old_label = int(sys.argv[4]), sys.argv[5]
+new_label = sys.argv[6] if len(sys.argv) > 6 else "this tree"
 HZ = os.sysconf("SC_CLK_TCK")
 SIDES = ("old", "new")
 
@@ -90,7 +91,7 @@ for c in concs:
     rows.append(dict(concurrency=c, o=o, n=n,
                      ratio=n["sagas_per_s"] / o["sagas_per_s"] if o["sagas_per_s"] else 0.0))
 
-print(f"old: {old_label}; new: this tree. sagas/s: median of {rounds} rounds; "
+print(f"old: {old_label}; new: {new_label}. sagas/s: median of {rounds} rounds; "
       "p50/p99 end to end over all rounds")
 print("%5s %9s %9s %7s %13s %13s %11s %11s %11s %11s" % (
     "conc", "old/s", "new/s", "new/old", "old p50/p99", "new p50/p99",

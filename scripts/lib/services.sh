@@ -24,6 +24,9 @@
 #                INDEX starts, printing NAME=VALUE lines for that service
 #                alone (its certificate, say); they come last, so a
 #                DATABASE_URL among them replaces the role's
+#   svc_bin_fn   a function, called as "$svc_bin_fn" INDEX BUILD_DIR,
+#                printing the binary that runs service INDEX (default:
+#                BUILD_DIR/src/NAME/saga-NAME)
 
 svc_names=(orchestrator payment inventory)
 svc_roles=(saga_orchestrator saga_payment saga_inventory)
@@ -33,6 +36,7 @@ svc_failed=
 svc_scheme=${svc_scheme:-http}
 svc_ca=${svc_ca:-}
 svc_env_fn=${svc_env_fn:-}
+svc_bin_fn=${svc_bin_fn:-}
 
 # Prefixes every line of a service's output with its name. Ctrl-C reaches the
 # whole process group: the prefixer ignores it so that the service's last
@@ -56,13 +60,14 @@ svc_start() {
 	svc_pids=()
 	for i in 0 1 2; do
 		n=${svc_names[i]}
-		local own=()
+		local own=() bin=$build_dir/src/$n/saga-$n
 		[[ -z $svc_env_fn ]] || mapfile -t own < <("$svc_env_fn" "$i")
+		[[ -z $svc_bin_fn ]] || bin=$("$svc_bin_fn" "$i" "$build_dir")
 		local cmd=(env "${peers[@]}" "$@"
 			DATABASE_URL="$(role_url "$db_url" "${svc_roles[i]}")"
 			LISTEN_ADDR="127.0.0.1:$((base + i))"
 			${own[@]+"${own[@]}"}
-			"$build_dir/src/$n/saga-$n")
+			"$bin")
 		if [[ $log == - ]]; then
 			"${cmd[@]}" </dev/null > >(svc_prefix "$n") 2>&1 &
 		else

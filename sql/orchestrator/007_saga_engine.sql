@@ -7,8 +7,9 @@
 -- A command's body: commandId, sagaId, then each field the step carries,
 -- under its own name, from the saga's input or from an earlier step's
 -- output. p_fields is [[name, step or null, ref], ...] (saga_engine.c
--- writes it from the definition). The one place bodies are built: the
--- start (orders.c) and every later command (saga_advance) call it. When a
+-- writes it from the definition). saga_advance calls it for every command
+-- but a saga's first, whose body the start builds from the input it holds
+-- (saga_first_body, saga_engine.c). When a
 -- value is missing (an output an event did not carry), payload is null and
 -- missing is the field as the definition writes it ("Shipping.trackingId").
 CREATE FUNCTION saga_command_payload(p_command_id uuid, p_saga_id uuid, p_fields jsonb,

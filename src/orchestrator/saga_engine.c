@@ -111,15 +111,23 @@ static struct json_object *fields_of(const struct saga_def *d, int step)
 	return a;
 }
 
-char *saga_fields_json(const struct saga_def *d, int step)
+char *saga_first_body(const struct saga_def *d, struct json_object *input, const char *cmd_id,
+		      const char *saga_id)
 {
-	struct json_object *a = fields_of(d, step);
-	char *s = strdup(json_object_to_json_string_ext(a, JSON_C_TO_STRING_PLAIN));
+	const struct saga_step_def *s = &d->steps[0];
+	struct json_object *b = json_object_new_object(), *v;
+	char *text;
 
-	if (!s)
+	add(b, "commandId", json_object_new_string(cmd_id));
+	add(b, "sagaId", json_object_new_string(saga_id));
+	for (size_t i = 0; i < s->n_fields; i++)
+		if (json_object_object_get_ex(input, s->fields[i].name, &v))
+			add(b, s->fields[i].name, json_object_get(v));
+	text = strdup(json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN));
+	if (!text)
 		abort();
-	json_object_put(a);
-	return s;
+	json_object_put(b);
+	return text;
 }
 
 /* The message a move sends, or NULL. */

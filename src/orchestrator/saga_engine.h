@@ -52,10 +52,13 @@ void saga_post_event(struct evhttp_request *req, void *svc, const char *tail);
 int64_t saga_step_deadline_ms(const struct saga_def *d, int step);
 
 /*
- * The fields step's command carries, as saga_command_payload (SQL) reads
- * them: [[name, step name or null, ref], ...]. Malloc'd.
+ * The body of a saga's first command: commandId, sagaId and the first step's
+ * fields from input (checked by saga_input_check: a first step's fields are
+ * all input fields). Later commands' bodies are built by saga_advance (SQL),
+ * which has the steps' outputs. Malloc'd JSON text.
  */
-char *saga_fields_json(const struct saga_def *d, int step);
+char *saga_first_body(const struct saga_def *d, struct json_object *input, const char *cmd_id,
+		      const char *saga_id);
 
 /* What a transition came to. */
 enum saga_outcome {

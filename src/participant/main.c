@@ -76,10 +76,12 @@ static const struct envcfg_var vars[] = {
 	  "this participant's name, 1-58 of a-z0-9_: its schema (where its functions are), its "
 	  "role saga_NAME, its name in logs, its queue pgsaga.NAME (TRANSPORT=amqp)" },
 	{ "PARTICIPANT_COMMANDS", ENVCFG_STRING, &commands_setting, NULL, 0, 0,
-	  "its steps, separated by commas, each Command=function(Succeeded|Failed)/"
+	  "its steps, separated by commas, each Command[key]=function(Succeeded|Failed)/"
 	  "Compensation=undo_function(Compensated): the command, the SQL function of the schema "
 	  "that handles it, the events that answer it, then the compensation that undoes it, its "
-	  "function and its event (docs/participants.md)" },
+	  "function and its event; [key] (optional) names the command's field whose value is the "
+	  "row the function contends for, such as [itemId] for an item's stock, so that commands "
+	  "committed together lock such rows in one order (docs/participants.md)" },
 };
 
 /* The admin API's part of a saga here: its messages and its steps' rows. */
@@ -132,8 +134,10 @@ static int read_steps(const char **name)
 		}
 	}
 	for (size_t i = 0; i < steps.n; i++) {
+		/* grouped by the saga, or by the field its [key] names (steps.h) */
 		types[ntypes++] = (struct command_type){ steps.step[i].command, command_sql, 5,
-							 command_fields, &steps.step[i], true };
+							 command_fields, &steps.step[i], true,
+							 steps.step[i].key };
 		types[ntypes++] = (struct command_type){ steps.step[i].compensation, compensation_sql,
 							 4, compensation_fields, &steps.step[i], true };
 	}

@@ -49,6 +49,26 @@ static int type_name(struct reader *r, char out[STEPS_TYPE_MAX + 1], const char 
 	return 0;
 }
 
+/* An optional [field] (the group key) where the reader is: [A-Za-z0-9_]{1,64}. */
+static int key_field(struct reader *r, char out[STEPS_FIELD_MAX + 1])
+{
+	size_t n = 0;
+
+	skip_blanks(r);
+	if (*r->p != '[')
+		return 0;
+	r->p++;
+	skip_blanks(r);
+	while (isascii((unsigned char)r->p[n]) && (isalnum((unsigned char)r->p[n]) || r->p[n] == '_'))
+		n++;
+	if (n == 0 || n > STEPS_FIELD_MAX)
+		return fail(r, "a field name in [ ] (1-64 of A-Za-z0-9_)");
+	memcpy(out, r->p, n);
+	out[n] = '\0';
+	r->p += n;
+	return expect(r, ']', "']' after the key field");
+}
+
 /* A function: [a-z_][a-z0-9_]{0,62}. */
 static int function_name(struct reader *r, char out[STEPS_FUNCTION_MAX + 1], const char *what)
 {
@@ -69,6 +89,7 @@ static int function_name(struct reader *r, char out[STEPS_FUNCTION_MAX + 1], con
 static int one_step(struct reader *r, struct step *s)
 {
 	if (type_name(r, s->command, "a command type (1-64 of A-Za-z0-9)") != 0 ||
+	    key_field(r, s->key) != 0 ||
 	    expect(r, '=', "'=' after the command type") != 0 ||
 	    function_name(r, s->function, "a function name (lower case, 1-63 of a-z0-9_)") != 0 ||
 	    expect(r, '(', "'(' and the command's two events after the function name") != 0 ||

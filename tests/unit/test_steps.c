@@ -37,6 +37,23 @@ START_TEST(two_steps_with_blanks)
 	ck_assert_str_eq(s.step[0].function, "f_1");
 	ck_assert_str_eq(s.step[0].undo, "_g");
 	ck_assert_str_eq(s.step[1].compensated, "N");
+	ck_assert_str_eq(s.step[0].key, "");
+}
+END_TEST
+
+/* [key]: the field whose value orders the commands committed together */
+START_TEST(key_field)
+{
+	struct steps s;
+	char err[256];
+
+	ck_assert_int_eq(steps_parse("ReserveInventoryCommand [ item_Id2 ]=reserve(R|F)/"
+				     "ReleaseInventoryCommand=release(X)",
+				     &s, err, sizeof(err)),
+			 0);
+	ck_assert_str_eq(s.step[0].command, "ReserveInventoryCommand");
+	ck_assert_str_eq(s.step[0].key, "item_Id2");
+	ck_assert_str_eq(s.step[0].function, "reserve");
 }
 END_TEST
 
@@ -55,6 +72,10 @@ START_TEST(refused)
 		{ "A-1=f(B|C)/D=g(E)", "at 2: expected '='" },
 		{ "A=f(B|C)/D=g(B)", "the message type B appears twice" },
 		{ "A=f(B|C)/D=g(E),A=h(F|G)/H=i(J)", "the message type A appears twice" },
+		{ "A[]=f(B|C)/D=g(E)", "at 3: expected a field name in [ ]" },
+		{ "A[x-y]=f(B|C)/D=g(E)", "at 4: expected ']'" },
+		{ "A[x]y=f(B|C)/D=g(E)", "at 5: expected '='" },
+		{ "A=f(B|C)/D[x]=g(E)", "at 11: expected '='" },
 	};
 	struct steps s;
 	char err[256];
@@ -87,6 +108,7 @@ Suite *steps_suite(void)
 
 	tcase_add_test(tc, one_step);
 	tcase_add_test(tc, two_steps_with_blanks);
+	tcase_add_test(tc, key_field);
 	tcase_add_test(tc, refused);
 	tcase_add_test(tc, names);
 	suite_add_tcase(s, tc);

@@ -71,6 +71,24 @@ static void handled(void *arg, PGresult *res, const struct db_error *err)
 	free(c);
 }
 
+/*
+ * The group key of a command (command_type): the first extra field (the row
+ * the handler locks), else the key_field's value in the body when there is
+ * one, else the saga.
+ */
+static const char *group_key(const struct command_type *type, struct json_object *obj,
+			     const char *first_extra, const char *saga_id)
+{
+	struct json_object *v;
+
+	if (type->nextra > 0 && !type->by_saga)
+		return first_extra;
+	if (type->key_field && *type->key_field && json_object_object_get_ex(obj, type->key_field, &v) &&
+	    !json_object_is_type(v, json_type_null))
+		return json_object_get_string(v);
+	return saga_id;
+}
+
 static void run(struct inmsg m, struct service *service, const char *tail)
 {
 	const struct command_type *type = NULL;
@@ -124,8 +142,8 @@ static void run(struct inmsg m, struct service *service, const char *tail)
 	}
 	params[3 + type->nextra] = outbox_lease_ms(service->outbox);
 	/* commits with the commands that wait beside it, in the order of the rows they lock */
-	db_query_grouped(service->pool, type->nextra > 0 && !type->by_saga ? params[2] : sid, type->sql, 4 + type->nextra,
-			 params, handled, c);
+	db_query_grouped(service->pool, group_key(type, obj, params[2], sid), type->sql,
+			 4 + type->nextra, params, handled, c);
 	json_object_put(obj);
 }
 

@@ -50,6 +50,11 @@ struct command_type {
 			       const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32]);
 	const void *arg; /* the type's own data, for extract (may be NULL) */
 	bool by_saga;    /* group by the saga id even with extra fields */
+	/*
+	 * With by_saga: group by this field of the command's body instead (its
+	 * value as text), when the command carries it; NULL or "": none.
+	 */
+	const char *key_field;
 };
 
 /* Handles one command of type tail (the {Type} part of the path). */
