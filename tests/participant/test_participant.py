@@ -6,7 +6,8 @@ On a private PostgreSQL bootstrapped with sql/bootstrap.sql and
 sql/shipping/shipping.sql, saga-participant runs as shipping. The
 conformance kit, run as docs/participants.md shows it (ports replaced),
 plays the orchestrator and passes every check. Then, with a receiver of our
-own playing the orchestrator, over real HTTP: a command is answered once
+own playing the orchestrator, over real HTTP, its commands grouped by item
+([key] in PARTICIPANT_COMMANDS): a command is answered once
 with its output, a copy is absorbed, a compensation after the command undoes
 it once (cancel_shipment raises if called twice), a compensation before the
 command voids it and the late command is declined `voided` without
@@ -127,9 +128,9 @@ class Shipping(PgCluster):
         env.update(extra)
         return env
 
-    def start_participant(self, port, orchestrator_port, name):
+    def start_participant(self, port, orchestrator_port, name, **extra):
         log = os.path.join(self.root, name + ".log")
-        proc = spawn([binary("participant")], self.env(port, orchestrator_port), log)
+        proc = spawn([binary("participant")], self.env(port, orchestrator_port, **extra), log)
         self.procs.append(proc)
         wait_ready(proc, port, "saga-participant (%s)" % name, log)
         return proc, log
@@ -315,8 +316,14 @@ def main():
             # one outbox, one dispatcher: the next one's events go to our receiver
             stopped(proc, log)
 
+            # the same steps, its commands grouped by item ([key]): the
+            # behaviour below is the same
             port = free_port()
-            proc, log = db.start_participant(port, rx.port, "shipping")
+            keyed = settings["PARTICIPANT_COMMANDS"].replace("ShipOrderCommand=",
+                                                             "ShipOrderCommand[itemId]=")
+            checks.ok(keyed != settings["PARTICIPANT_COMMANDS"], "no ShipOrderCommand to key")
+            proc, log = db.start_participant(port, rx.port, "shipping",
+                                             PARTICIPANT_COMMANDS=keyed)
             behaviour(db, Commands(port, db.token), rx)
             checks.ok(proc.poll() is None, "saga-participant died:\n%s" % tail(log))
             stopped(proc, log)
