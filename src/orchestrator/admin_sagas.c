@@ -270,8 +270,8 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
 	struct json_object *saga;
 	const char *const *names;
 	size_t npeers = admin_api_peers(&names);
-	char paths[4][64 * 38 + 96];
-	const char *pp[4] = { NULL };
+	char paths[ADMIN_MAX_PEERS][64 * 38 + 96];
+	const char *pp[ADMIN_MAX_PEERS] = { NULL };
 
 	if (err->status != DB_OK) {
 		reply_db_error(d->req, err, "admin saga");
@@ -284,7 +284,7 @@ static void detail_done(void *arg, PGresult *res, const struct db_error *err)
 		free(d);
 		return;
 	}
-	for (size_t i = 0; i < npeers && i < 4; i++) {
+	for (size_t i = 0; i < npeers && i < ADMIN_MAX_PEERS; i++) {
 		int n = snprintf(paths[i], sizeof(paths[i]), "/admin/api/sagas/%s", d->id);
 
 		received_for(saga, names[i], paths[i] + n, sizeof(paths[i]) - (size_t)n);

@@ -9,7 +9,9 @@ Each saga is started with POST /sagas/{name} and read with GET /sagas/{id};
 its effects are read from each participant's own tables:
 
 - success: Completed, the trackingId in outputs.Shipping, and the shipment
-  row shipped with that trackingId; the same start again is a replay;
+  row shipped with that trackingId; the admin API's saga carries
+  shipping's step and messages beside payment's and inventory's; the same
+  start again is a replay;
 - payment declined (more than the customer's credit): Failed, nothing
   reserved or shipped;
 - out of stock: Compensated, the payment refunded, nothing shipped;
@@ -192,6 +194,20 @@ def flows(run, transport):
                   "success: the shipment %s, tracking %s" % (row, tracking))
         checks.ok(effects(run, saga) == ("captured", "reserved", "shipped"),
                   "success: effects %s" % (effects(run, saga),))
+        # the admin API's saga combines shipping's part too (a participant
+        # the definition names, opened at run time): its step and its messages
+        r = request(sy.ports["orchestrator"], "GET", "/admin/api/sagas/" + saga, None,
+                    sy.admin())
+        detail = r.json() if r.status == 200 else {}
+        steps = [(x.get("participant"), x.get("command"), x.get("status"),
+                  (x.get("output") or {}).get("trackingId"))
+                 for x in detail.get("steps") or []]
+        shipping_msgs = [m for m in detail.get("messages") or [] if m.get("service") == "shipping"]
+        checks.ok(steps == [("shipping", "ShipOrderCommand", "succeeded", tracking)]
+                  and detail.get("unavailable") == [] and len(shipping_msgs) >= 2
+                  and detail.get("payment", {}).get("status") == "captured",
+                  "success: the admin API's saga lacks shipping's part: %d %s, messages %s"
+                  % (r.status, steps, shipping_msgs))
         _, key, name, payload = run.sagas["success"]
         r = sy.start_saga(name, key, payload)
         checks.ok(r.status == 201 and r.json().get("duplicated") is True

@@ -15,7 +15,7 @@
 #include "transport.h"
 #include "uuid.h"
 
-#define MAX_PEERS 4
+#define MAX_PEERS ADMIN_MAX_PEERS
 #define DEAD_LETTERS_SHOWN "500"
 #define RETRY_IDS_MAX 1000
 
@@ -181,33 +181,49 @@ size_t admin_api_peers(const char *const **names)
 	return P.n;
 }
 
-void admin_api_open(const struct admin_ctx *ctx)
+/* Which of our peers is called name; -1 for none. */
+static int peer_index(const char *name)
+{
+	for (size_t i = 0; i < P.n; i++)
+		if (strcmp(P.name[i], name) == 0)
+			return (int)i;
+	return -1;
+}
+
+void admin_api_add_peer(const char *name, const char *urls)
 {
 	struct httpc_opts o = {
 		.max_in_flight = 8,
-		.timeout_ms = ctx->http_timeout_ms,
+		.timeout_ms = C.http_timeout_ms,
 		.breaker_failures = 3,
 		.breaker_open_ms = 2000,
-		.tls = ctx->tls,
+		.tls = C.tls,
 	};
+	struct httpc_peer *p;
 	char err[256];
 
+	if (!C.spec || !C.spec->combine || peer_index(name) >= 0)
+		return;
+	if (P.n == MAX_PEERS) {
+		log_warn("admin: %s is not combined: already %d peers", name, MAX_PEERS);
+		return;
+	}
+	/* its own clients: admin reads must not trip the delivery breaker */
+	p = httpc_peer_new(C.base, name, urls, &o, err, sizeof(err));
+	if (!p) {
+		log_error("admin: %s", err); /* the same URLs opened before: unlikely */
+		return;
+	}
+	P.peer[P.n] = p;
+	P.name[P.n++] = name;
+}
+
+void admin_api_open(const struct admin_ctx *ctx)
+{
 	C = *ctx;
 	snprintf(P.auth, sizeof(P.auth), "Bearer %s", C.token);
-	if (!C.spec || !C.spec->combine)
-		return;
-	for (size_t i = 0; i < C.npeers && P.n < MAX_PEERS; i++) {
-		/* its own clients: admin reads must not trip the delivery breaker */
-		struct httpc_peer *p = httpc_peer_new(C.base, C.peer_names[i], C.peer_urls[i], &o,
-						      err, sizeof(err));
-
-		if (!p) {
-			log_error("admin: %s", err); /* the same URLs opened before: unlikely */
-			continue;
-		}
-		P.peer[P.n] = p;
-		P.name[P.n++] = C.peer_names[i];
-	}
+	for (size_t i = 0; i < C.npeers; i++)
+		admin_api_add_peer(C.peer_names[i], C.peer_urls[i]);
 }
 
 void admin_api_close(void)
@@ -310,14 +326,6 @@ static void deliveries(struct evhttp_request *req, void *svc, const char *tail)
 }
 
 
-/* Which of our peers is called name; -1 for none. */
-static int peer_index(const char *name)
-{
-	for (size_t i = 0; i < P.n; i++)
-		if (strcmp(P.name[i], name) == 0)
-			return (int)i;
-	return -1;
-}
 
 /*
  * GET /admin/api/dead-letters?service=&type=. With service naming a peer,

@@ -67,6 +67,17 @@ struct admin_ctx {
 void admin_api_open(const struct admin_ctx *ctx);
 void admin_api_close(void);
 
+/* The most peers combined: the spec's and those added. */
+#define ADMIN_MAX_PEERS 16
+
+/*
+ * A peer opened after the start (a participant a saga definition names),
+ * at urls: combined from now on as the spec's peers are (its part of a
+ * saga, its dead letters). name must outlive admin_api_close. Nothing when
+ * this service does not combine, the peer is known, or ADMIN_MAX_PEERS are.
+ */
+void admin_api_add_peer(const char *name, const char *urls);
+
 /*
  * Combining: local (taken) is this service's part. For each peer, path is
  * the request to send it (GET), or NULL to leave the peer out. When every

@@ -187,6 +187,7 @@ static int open_peers(struct service *service, char *err, size_t errlen)
 struct service_dest {
 	char name[64];
 	struct httpc_peer *peer; /* NULL: none (amqp, or no URL) */
+	const char *urls;        /* <NAME>_URL (the environment's), or NULL */
 };
 
 bool service_destination_variable(const char *participant, char *out, size_t outlen)
@@ -259,15 +260,20 @@ int service_destination_add(struct service *service, const char *participant, ch
 	if (destination_known(service, participant))
 		return 0;
 	d = destination_new(service, participant);
+	if (!service_destination_variable(participant, var, sizeof(var)))
+		abort(); /* 63 characters and "_URL" fit */
+	/* as the spec's peers: read when opened, not a setting of the table */
+	urls = getenv(var);
+	if (urls && *urls) {
+		/* the admin API asks it over HTTP whatever the transport */
+		d->urls = urls;
+		admin_api_add_peer(d->name, urls);
+	}
 	if (strcmp(service->transport_name, "amqp") == 0) {
 		transport_amqp_add_dest(service->transport, d->name);
 		log_info("destination %s: queue pgsaga.%s", d->name, d->name);
 		return 0;
 	}
-	if (!service_destination_variable(participant, var, sizeof(var)))
-		abort(); /* 63 characters and "_URL" fit */
-	/* as the spec's peers: read when opened, not a setting of the table */
-	urls = getenv(var);
 	if (!urls || !*urls) {
 		snprintf(why, sizeof(why), "%s is not set", var);
 		log_warn("destination %s: %s; its messages are dead letters", d->name, why);
@@ -622,6 +628,10 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 			.tls = service->tls,
 		};
 		admin_enable(&ac);
+		/* the participants opened before (none yet: they come with the definitions) */
+		for (size_t i = 0; i < service->nadded; i++)
+			if (service->added[i]->urls)
+				admin_api_add_peer(service->added[i]->name, service->added[i]->urls);
 	}
 	service->sig_term = evsignal_new(service->base, SIGTERM, on_signal, service);
 	service->sig_int = evsignal_new(service->base, SIGINT, on_signal, service);
