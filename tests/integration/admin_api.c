@@ -687,6 +687,19 @@ START_TEST(saga_list_of_definitions)
 	ck_assert_int_eq(json_object_get_int64(jget(counts, "Completed")), 4);
 	ck_assert_int_eq(json_object_get_int64(jget(counts, "PendingPayment")), 0);
 	json_object_put(o);
+	/* the order saga's: its finished counts are every finished saga's less
+	 * the other definitions' */
+	o = admin_get("/admin/api/sagas?definition=order");
+	counts = jget(o, "counts");
+	json_object_object_foreach(counts, so, on)
+	{
+		ck_assert_int_eq(json_object_get_int64(on),
+				 env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_instances"
+						   " WHERE state = '%s' AND definition_name = 'order'",
+						   so));
+	}
+	ck_assert_int_eq(json_object_get_int64(jget(counts, "Completed")), 1);
+	json_object_put(o);
 	/* a definition without sagas: nothing, and the six counts at zero */
 	o = admin_get("/admin/api/sagas?definition=nothing-here");
 	ck_assert_int_eq(jlen(o, "sagas"), 0);
