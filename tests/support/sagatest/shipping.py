@@ -58,12 +58,17 @@ class ShippingSystem(System):
         self.wait_ready("shipping")
 
     def stop(self):
+        # the services, then the node, then the cluster, which removes root
+        # and the node's directory with it (a node destroyed after that was
+        # left running: CI found one)
         try:
-            super().stop()
-        finally:
+            for s in list(self.procs):
+                self.stop_service(s)
             if self.amqp_url:
                 subprocess.run(["bash", RABBIT, "destroy", self.rabbit_dir],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        finally:
+            super().stop()
 
     def service_env(self, s):
         if s == "shipping":
