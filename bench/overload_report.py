@@ -30,7 +30,26 @@ def load(name):
             j["wake_ms"] = json.load(f).get("wake_ms", {})
     rss = os.path.join(out, f"overload-{name}.rss")
     j["rss_mib"] = int(open(rss).read().split()[0]) / 1024 if os.path.exists(rss) else float("nan")
+    j["refusal_server_p99_ms"] = server_p99(os.path.join(out, f"overload-{name}.metrics"))
     return j
+
+
+def server_p99(path):
+    """The orchestrator's own refusal p99 (saga_admission_refusal_seconds, its
+    /metrics after the run): the upper bound of the bucket that holds it, ms."""
+    if not os.path.exists(path):
+        return float("nan")
+    buckets, count = [], 0
+    for line in open(path):
+        if line.startswith("saga_admission_refusal_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float("inf") if le == "+Inf" else float(le), int(float(line.split()[-1]))))
+        elif line.startswith("saga_admission_refusal_seconds_count"):
+            count = int(float(line.split()[-1]))
+    for le, n in sorted(buckets):
+        if count and n >= 0.99 * count:
+            return le * 1000
+    return float("nan")
 
 
 def row(name, factor, j, cap):
@@ -50,6 +69,7 @@ def row(name, factor, j, cap):
         "e2e_p50_ms": j.get("e2e_ms", {}).get("p50", float("nan")),
         "e2e_p99_ms": j.get("e2e_ms", {}).get("p99", float("nan")),
         "refusal_p99_ms": post.get("refused_ms", {}).get("p99", float("nan")),
+        "refusal_server_p99_ms": j["refusal_server_p99_ms"],
         "post_p99_ms": post.get("p99", float("nan")),
         "rss_mib": j["rss_mib"],
         "wake_paid_p50_ms": wake if wake is not None else float("nan"),
@@ -88,10 +108,13 @@ print("closed loop: %.1f sagas/s, e2e p50 %.1f ms, p99 %.1f ms, orchestrator pea
       % (cap, num(capj.get("e2e_ms", {}).get("p50")), num(capj.get("e2e_ms", {}).get("p99")),
          capj["rss_mib"]))
 hdr = ("run", "x", "accepted", "refused", "compl/s", "of cap", "StepTO", "e2e p50", "e2e p99",
-       "429 p99", "RSS MiB", "wake ms")
-print("%-6s %4s %9s %9s %8s %7s %7s %9s %9s %8s %8s %8s" % hdr)
+       "429 p99", "429 srv", "RSS MiB", "wake ms")
+print("%-6s %4s %9s %9s %8s %7s %7s %9s %9s %8s %8s %8s %8s" % hdr)
 for r in rows:
-    print("%-6s %4.1f %9d %9d %8.1f %6.0f%% %7d %9.1f %9.1f %8.2f %8.1f %8.1f" % (
+    print("%-6s %4.1f %9d %9d %8.1f %6.0f%% %7d %9.1f %9.1f %8.2f %8.1f %8.1f %8.1f" % (
         r["run"], r["factor"], r["accepted"], r["refused"], r["completed_per_s"],
         100 * r["share_of_capacity"], r["step_timeouts"], num(r["e2e_p50_ms"]),
-        num(r["e2e_p99_ms"]), num(r["refusal_p99_ms"]), r["rss_mib"], r["wake_paid_p50_ms"]))
+        num(r["e2e_p99_ms"]), num(r["refusal_p99_ms"]), num(r["refusal_server_p99_ms"]),
+        r["rss_mib"], r["wake_paid_p50_ms"]))
+print("(429 p99: a refusal's p99 at the client, ms; 429 srv: inside the orchestrator, the "
+      "upper bound of its histogram bucket)")

@@ -32,6 +32,7 @@ static struct {
 	/* admission control (admission.h) */
 	struct admission *adm;
 	struct metric_series *refused;
+	struct metric_series *refusal_seconds; /* from admission_try's no to the 429 */
 	struct event *count_timer;
 	struct refused_batch *refused_wait; /* refused starts waiting for their read */
 	struct evbuffer *refused_keys;      /* ... their keys and bodies, a JSON array */
@@ -238,6 +239,7 @@ struct refused_batch {
 	int n;
 	struct evhttp_request *req[REFUSED_BATCH];
 	enum start_route route[REFUSED_BATCH];
+	int64_t refused_us[REFUSED_BATCH]; /* when each was refused (monotime_us) */
 };
 
 static void refused_done(void *arg, PGresult *res, const struct db_error *err)
@@ -271,6 +273,7 @@ static void refused_done(void *arg, PGresult *res, const struct db_error *err)
 		if (answered[i])
 			continue;
 		metric_add(R.refused, 1);
+		metric_observe(R.refusal_seconds, (double)(monotime_us() - b->refused_us[i]) / 1e6);
 		evhttp_add_header(evhttp_request_get_output_headers(b->req[i]), "Retry-After", retry);
 		httpd_error(b->req[i], 429, "overloaded",
 			    "more sagas are in flight than this deployment finishes in time; "
@@ -321,6 +324,7 @@ static void refuse(struct evhttp_request *req, enum start_route route, const cha
 	jsonx_buf_str(R.refused_keys, canon);
 	evbuffer_add(R.refused_keys, "]", 1);
 	b->route[b->n] = route;
+	b->refused_us[b->n] = monotime_us();
 	b->req[b->n++] = req;
 	if (b->n == REFUSED_BATCH)
 		refused_flush(-1, 0, NULL);
@@ -729,6 +733,12 @@ void orders_open(struct service *service, struct admission *adm, int64_t step_ti
 						  "Starts refused with 429 overloaded",
 						  METRIC_COUNTER),
 				   "");
+	R.refusal_seconds = metrics_series(
+		metrics_family("saga_admission_refusal_seconds",
+			       "Time from a start's refusal to its 429: the wait for the shared "
+			       "replay read and the read",
+			       METRIC_HISTOGRAM),
+		"");
 	metrics_gauge_fn("saga_inflight", "Sagas in flight (not terminal), as admission counts them",
 			 "", inflight_fn, NULL);
 	metrics_gauge_fn("saga_admission_limit",
