@@ -93,6 +93,9 @@ START_TEST(refused_start_stores_nothing)
 	http_resp_free(&b);
 
 	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_admission_refused_total") >= 1);
+	/* each 429 timed too (not the replay, nor the 422) */
+	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_admission_refusal_seconds_count") ==
+		  metrics_read_series(env.port[SVC_ORCH], "saga_admission_refused_total"));
 	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_inflight") == 1);
 	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_admission_limit") == 1);
 
