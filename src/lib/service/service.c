@@ -187,7 +187,6 @@ static int open_peers(struct service *service, char *err, size_t errlen)
 struct service_dest {
 	char name[64];
 	struct httpc_peer *peer; /* NULL: none (amqp, or no URL) */
-	const char *urls;        /* <NAME>_URL (the environment's), or NULL */
 };
 
 bool service_destination_variable(const char *participant, char *out, size_t outlen)
@@ -264,11 +263,10 @@ int service_destination_add(struct service *service, const char *participant, ch
 		abort(); /* 63 characters and "_URL" fit */
 	/* as the spec's peers: read when opened, not a setting of the table */
 	urls = getenv(var);
-	if (urls && *urls) {
-		/* the admin API asks it over HTTP whatever the transport */
-		d->urls = urls;
+	/* the admin API asks it over HTTP whatever the transport; destinations
+	 * come with the definitions, after service_init has opened the admin API */
+	if (urls && *urls)
 		admin_api_add_peer(d->name, urls);
-	}
 	if (strcmp(service->transport_name, "amqp") == 0) {
 		transport_amqp_add_dest(service->transport, d->name);
 		log_info("destination %s: queue pgsaga.%s", d->name, d->name);
@@ -628,10 +626,6 @@ int service_init(struct service *service, const struct service_spec *spec, int a
 			.tls = service->tls,
 		};
 		admin_enable(&ac);
-		/* the participants opened before (none yet: they come with the definitions) */
-		for (size_t i = 0; i < service->nadded; i++)
-			if (service->added[i]->urls)
-				admin_api_add_peer(service->added[i]->name, service->added[i]->urls);
 	}
 	service->sig_term = evsignal_new(service->base, SIGTERM, on_signal, service);
 	service->sig_int = evsignal_new(service->base, SIGINT, on_signal, service);
