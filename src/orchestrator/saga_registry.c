@@ -41,14 +41,21 @@ static struct {
  * the stored one must be the same JSON value. Column 0: 'created', 'same'
  * or 'conflict'.
  */
+/*
+ * ON CONFLICT DO UPDATE (a no-op update), not DO NOTHING: when another
+ * orchestrator inserts the same version at the same moment, DO NOTHING
+ * waits for it to commit and then returns no row, and a read in the same
+ * statement, with the snapshot taken before that commit, does not see it:
+ * two orchestrators started together on a new database then took their
+ * own compiled-in definition for a conflict (CI saw it). DO UPDATE returns
+ * the committed row; xmax is 0 only for a row this statement inserted.
+ */
 static const char register_sql[] =
-	"WITH ins AS ("
-	"  INSERT INTO saga_definitions (name, version, definition) VALUES ($1, $2::int, $3::jsonb)"
-	"  ON CONFLICT (name, version) DO NOTHING RETURNING 1)"
-	"SELECT CASE WHEN EXISTS (SELECT 1 FROM ins) THEN 'created'"
-	"            WHEN (SELECT definition = $3::jsonb FROM saga_definitions"
-	"                   WHERE name = $1 AND version = $2::int) THEN 'same'"
-	"            ELSE 'conflict' END";
+	"INSERT INTO saga_definitions AS d (name, version, definition)"
+	"     VALUES ($1, $2::int, $3::jsonb)"
+	"  ON CONFLICT (name, version) DO UPDATE SET definition = d.definition"
+	"  RETURNING CASE WHEN d.xmax = 0 THEN 'created'"
+	"                 WHEN d.definition = $3::jsonb THEN 'same' ELSE 'conflict' END";
 
 static const char load_sql[] =
 	"SELECT definition::text FROM saga_definitions ORDER BY name, version";
