@@ -4,6 +4,7 @@ results directory, prints the table (scripts/bench tees it to compare.txt)
 and writes the CSV.
 
     bench/compare_report.py RESULTS_DIR CSV "CONCURRENCIES" ROUNDS OLD_LABEL
+                            [NEW_LABEL [OLD_STEPS NEW_STEPS]]
 
 Per side (old: the commit compared with; new: this tree) and concurrency C,
 RESULTS_DIR holds saga-bench's summary of each round (SIDE-cC-rR.json), of
@@ -15,7 +16,9 @@ span (the first start to the last end), as bench/report.py counts it; a
 side's figure is the median of its rounds, and new/old the ratio of the two
 medians. CPU per saga: the set's services, and the PostgreSQL backends
 connected to its database (both sides' backends run the same server), over
-the rounds' finished sagas.
+the rounds' finished sagas. With the steps of each side's saga (scripts/bench
+--compare sagas), the same per step: the whole machine's CPU per saga
+(backends and services) over the saga's steps, and new/old of that.
 """
 import json, os, sys
 
@@ -23,6 +26,7 @@ out, csv_path = sys.argv[1], sys.argv[2]
 concs = [int(c) for c in sys.argv[3].split()]
 rounds, old_label = int(sys.argv[4]), sys.argv[5]
 new_label = sys.argv[6] if len(sys.argv) > 6 else "this tree"
+steps = (int(sys.argv[7]), int(sys.argv[8])) if len(sys.argv) > 8 else None
 HZ = os.sysconf("SC_CLK_TCK")
 SIDES = ("old", "new")
 
@@ -118,7 +122,24 @@ for r in rows:
             print("note: concurrency %d, %s: %d refused (429), %d of %d sagas completed" % (
                 r["concurrency"], name, s["refused_429"], s["completed"], s["sagas"]))
 print("(WAL B: bytes per saga; pg ms: CPU of the backends of the side's database per saga; "
-      "svc ms: the three services'; orch ms: the orchestrator's)")
+      "svc ms: the set's services'; orch ms: the orchestrator's)")
+if steps:
+    print()
+    print("per step: CPU (backends and services) per saga over its steps, %s %d, %s %d" % (
+        old_label, steps[0], new_label, steps[1]))
+    print("and the steps new has more: the difference of the two sagas' CPU over them")
+    print("%5s %12s %12s %8s %12s %8s %15s" % ("conc", "old ms/step", "new ms/step", "new/old",
+                                             "added/step", "add/old", "steps/s o/n"))
+    for r in rows:
+        o, n = r["o"], r["n"]
+        to = o["pg_cpu_ms_per_saga"] + o["svc_cpu_ms_per_saga"]
+        tn = n["pg_cpu_ms_per_saga"] + n["svc_cpu_ms_per_saga"]
+        po, pn = to / steps[0], tn / steps[1]
+        added = (tn - to) / (steps[1] - steps[0]) if steps[1] != steps[0] else float("nan")
+        print("%5d %12.3f %12.3f %7.1f%% %12.3f %7.1f%% %7.0f/%-7.0f" % (
+            r["concurrency"], po, pn, 100 * pn / po if po else 0.0, added,
+            100 * added / po if po else 0.0,
+            o["sagas_per_s"] * steps[0], n["sagas_per_s"] * steps[1]))
 
 cols = ["concurrency", "old_sagas_per_s", "new_sagas_per_s", "new_to_old",
         "old_p50_ms", "old_p99_ms", "new_p50_ms", "new_p99_ms",

@@ -48,8 +48,13 @@
  *            orchestrator's transition (saga_history.at), which comes after
  *            its read statement, so events include one more round trip.
  *
+ * --saga NAME starts sagas of the definition NAME (POST /sagas/NAME) instead
+ * of orders, with the order's fields and an address, which a definition that
+ * does not declare it ignores (order-with-shipping ships to it).
+ *
  * The sagas of one run are found by their customer ids, which all start with
- * a prefix unique to the run (--prefix), and by created_at >= the server's
+ * a prefix unique to the run (--prefix; the column customer_id of an order,
+ * the input's customerId of another saga), and by created_at >= the server's
  * now() taken before the first POST. --analyze PREFIX skips the load and
  * summarises sagas someone else started (scripts/bench uses it for sagas
  * created by pgbench from outside, whose dispatcher wakes by NOTIFY).
@@ -83,10 +88,18 @@
 
 #define MAX_SLOTS 4096
 
+/*
+ * The sagas of a run, s being saga_instances: created since $1, their
+ * customer (the order saga's column, another saga's input) starting with $2.
+ */
+#define RUN_SAGAS(s) \
+	s "created_at >= $1 AND left(coalesce(" s "customer_id, " s "input->>'customerId'), " \
+	  "length($2)) = $2"
+
 /* --- settings ------------------------------------------------------------ */
 
 static struct {
-	const char *url, *db_url, *admin_url, *prefix, *analyze, *since;
+	const char *url, *db_url, *admin_url, *prefix, *analyze, *since, *saga;
 	const char *cacert, *cert, *key; /* https: TLS_CA_FILE, TLS_CERT_FILE, TLS_KEY_FILE */
 	int concurrency, customers, items, qty, max_conns, lease_ms;
 	double rate, duration, poll_ms, wait_s;
@@ -126,6 +139,8 @@ static void usage(FILE *out)
 		"  --poll-ms MS       least time between two polls for terminal sagas (%g)\n"
 		"  --max-conns N      open loop: connections at most (%d)\n"
 		"  --prefix P         customer id prefix of this run (random)\n"
+		"  --saga NAME        start sagas of the definition NAME (POST /sagas/NAME)\n"
+		"                     instead of orders (POST /orders)\n"
 		"  --wait S           give up waiting for terminal sagas after S s (%g)\n"
 		"  --lease-ms MS      the services' LEASE_MS, for the wake-up figures (%d)\n"
 		"  --analyze P        no load: summarise the sagas whose customers start with P\n"
@@ -529,7 +544,7 @@ static void post_done(struct evhttp_request *req, void *arg)
 
 static void post_one(struct conn *c, double t0)
 {
-	char body[256], key[96];
+	char body[320], key[96], path[96];
 	uint64_t seq = (uint64_t)L.issued++;
 	int cust = 1 + (int)(backoff_random() * S.customers),
 	    item = 1 + (int)(backoff_random() * S.items);
@@ -546,6 +561,13 @@ static void post_one(struct conn *c, double t0)
 	snprintf(body, sizeof(body),
 		 "{\"customerId\":\"%s-c%05d\",\"itemId\":\"it-%0*d\",\"qty\":%d,\"amount\":%lld}",
 		 S.prefix, cust, item_width, item, S.qty, S.amount);
+	if (S.saga) /* the address, in place of the closing brace */
+		snprintf(body + strlen(body) - 1, sizeof(body) - strlen(body) + 1,
+			 ",\"address\":\"%s-c%05d, 1 Bench Street\"}", S.prefix, cust);
+	if (S.saga)
+		snprintf(path, sizeof(path), "/sagas/%s", S.saga);
+	else
+		snprintf(path, sizeof(path), "/orders");
 	req = evhttp_request_new(post_done, p);
 	h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Host", L.hosthdr);
@@ -553,7 +575,7 @@ static void post_one(struct conn *c, double t0)
 	evhttp_add_header(h, "Idempotency-Key", key);
 	evbuffer_add(evhttp_request_get_output_buffer(req), body, strlen(body));
 	c->outstanding++;
-	if (evhttp_make_request(c->evcon, req, EVHTTP_REQ_POST, "/orders") != 0)
+	if (evhttp_make_request(c->evcon, req, EVHTTP_REQ_POST, path) != 0)
 		die("cannot send a request to %s", S.url);
 }
 
@@ -761,7 +783,7 @@ static long long wait_terminal(PGconn *c, const char *const *run, long long expe
 	for (;;) {
 		PGresult *r = db_exec(c,
 				      "SELECT state, count(*) FROM orchestrator.saga_instances"
-				      " WHERE created_at >= $1 AND left(customer_id, length($2)) = $2"
+				      " WHERE " RUN_SAGAS("")
 				      " GROUP BY state",
 				      2, run);
 		long long done = 0, all = 0;
@@ -815,7 +837,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 		    "       extract(epoch FROM max(h.at) OVER () - min(s.created_at) OVER ())"
 		    "  FROM orchestrator.saga_instances s"
 		    "  JOIN orchestrator.saga_history h ON h.saga_id = s.saga_id AND h.version = s.version"
-		    " WHERE s.created_at >= $1 AND left(s.customer_id, length($2)) = $2",
+		    " WHERE " RUN_SAGAS("s."),
 		    2, run);
 	struct json_object *outcomes = json_object_new_object();
 	double span = 0, maxv = 0, sum = 0;
@@ -858,8 +880,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 	r = db_exec(c,
 		    "SELECT count(*) FROM orchestrator.saga_history h"
 		    "  JOIN orchestrator.saga_instances s ON s.saga_id = h.saga_id"
-		    " WHERE h.cause = 'StepTimeout' AND s.created_at >= $1"
-		    "   AND left(s.customer_id, length($2)) = $2",
+		    " WHERE h.cause = 'StepTimeout' AND " RUN_SAGAS("s."),
 		    2, run);
 	json_object_object_add(out, "step_timeouts", json_object_new_int64(atoll(PQgetvalue(r, 0, 0))));
 	PQclear(r);
@@ -901,7 +922,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 		    "               (PARTITION BY h.saga_id ORDER BY h.version) - h.at) * 1000 AS d"
 		    "          FROM orchestrator.saga_history h"
 		    "          JOIN orchestrator.saga_instances s ON s.saga_id = h.saga_id"
-		    "         WHERE s.created_at >= $1 AND left(s.customer_id, length($2)) = $2) x"
+		    "         WHERE " RUN_SAGAS("s.") ") x"
 		    " WHERE d IS NOT NULL GROUP BY to_state ORDER BY to_state",
 		    2, run);
 	o = json_object_new_object();
@@ -929,7 +950,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 		   *commit_r = ts ? "pg_xact_commit_timestamp(r.xmin)" : "r.created_at";
 	snprintf(sql, sizeof(sql),
 		 "WITH s AS (SELECT saga_id FROM orchestrator.saga_instances"
-		 "            WHERE created_at >= $1 AND left(customer_id, length($2)) = $2),"
+		 "            WHERE " RUN_SAGAS("") "),"
 		 " m AS ("
 		 "  SELECT o.type AS kind, %s AS c, o.next_attempt_at - $3::int * interval '1 ms' AS cl,"
 		 "         coalesce(p.created_at, r.created_at) AS rx"
@@ -1012,6 +1033,7 @@ static void parse_args(int argc, char **argv)
 		{ "poll-ms", required_argument, NULL, 'P' },
 		{ "max-conns", required_argument, NULL, 'M' },
 		{ "prefix", required_argument, NULL, 'x' },
+		{ "saga", required_argument, NULL, 'g' },
 		{ "wait", required_argument, NULL, 'w' },
 		{ "lease-ms", required_argument, NULL, 'l' },
 		{ "analyze", required_argument, NULL, 'z' },
@@ -1049,6 +1071,7 @@ static void parse_args(int argc, char **argv)
 		case 'P': S.poll_ms = atof(optarg); break;
 		case 'M': S.max_conns = atoi(optarg); break;
 		case 'x': S.prefix = optarg; break;
+		case 'g': S.saga = optarg; break;
 		case 'w': S.wait_s = atof(optarg); break;
 		case 'l': S.lease_ms = atoi(optarg); break;
 		case 'z': S.analyze = optarg; break;
@@ -1082,6 +1105,9 @@ static void parse_args(int argc, char **argv)
 							 "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") !=
 							 strlen(S.prefix)))
 		die("--prefix: at most 40 of [A-Za-z0-9-]");
+	if (S.saga && (strlen(S.saga) < 1 || strlen(S.saga) > 63 ||
+		       strspn(S.saga, "abcdefghijklmnopqrstuvwxyz0123456789_-") != strlen(S.saga)))
+		die("--saga: a definition's name, 1 to 63 of [a-z0-9_-]");
 }
 
 int main(int argc, char **argv)

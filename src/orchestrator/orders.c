@@ -34,9 +34,11 @@ static struct {
 	struct metric_series *refused;
 	struct metric_series *refusal_seconds; /* from admission_try's no to the 429 */
 	struct event *count_timer;
-	struct refused_batch *refused_wait; /* refused starts waiting for their read */
-	struct evbuffer *refused_keys;      /* ... their keys and bodies, a JSON array */
-	struct event *refused_timer;
+	struct db_pool *door;                  /* the replay reads' own connection */
+	struct refused_batch *refused_wait;    /* refused starts waiting for their read */
+	struct refused_batch *refused_reading; /* ... and those whose read is out */
+	struct evbuffer *refused_keys;         /* the waiting's keys and bodies, a JSON array */
+	struct event *refused_timer;           /* the first refusal's gathering */
 	char mark[64];         /* created_at from which the count counts created sagas */
 	char next_mark[64];    /* the mark the next series will use */
 	int64_t mark_ms;       /* when mark was set */
@@ -216,16 +218,19 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 
 /*
  * A start refused by admission control, unless it replays a key already
- * accepted: that one is answered as always. The refused starts wait here
- * up to REFUSED_WAIT_MS (or until REFUSED_BATCH of them) and one read by
- * the primary key answers them all, queued with the work already accepted
- * (db_query): no write, and one round trip for many refusals instead of
- * one each. Measured (tests/load/overload.c at 2.5 times capacity): with a
- * read per refusal, or per 2 ms, the reads took half the capacity of this
- * 2-core machine; per 10 ms, goodput stayed at 95 % of it.
+ * accepted: that one is answered as always. One read by the primary key
+ * tells them apart, for all the refused starts waiting (no write), on the
+ * door: a connection of its own (R.door), so that the read never queues
+ * behind the work already accepted that fills the pool when starts are
+ * refused. At most one read is out at a time: the refusals that arrive
+ * meanwhile wait for the next one, and the first refusal after a quiet
+ * spell waits REFUSED_GATHER_US for others; the reads thus follow the
+ * refusals' rate up to one per round trip and carry more keys each as it
+ * grows. Without a door (admission off, or its connection down) the read
+ * goes to the pool. Measured at 2.5 times the capacity (scripts/bench
+ * --overload): docs/performance.md.
  */
-#define REFUSED_BATCH 64
-#define REFUSED_WAIT_MS 10
+#define REFUSED_GATHER_US 1000
 
 static const char refused_sql[] =
 	"SELECT e.i, r.request_hash = encode(sha256(convert_to(e.v->>1, 'UTF8')), 'hex'),"
@@ -235,68 +240,90 @@ static const char refused_sql[] =
 	"  FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS e(v, i)"
 	"  JOIN idempotency_records r ON r.key = e.v->>0 AND r.expires_at > now()";
 
-struct refused_batch {
-	int n;
-	struct evhttp_request *req[REFUSED_BATCH];
-	enum start_route route[REFUSED_BATCH];
-	int64_t refused_us[REFUSED_BATCH]; /* when each was refused (monotime_us) */
+struct refused {
+	struct evhttp_request *req;
+	enum start_route route;
+	int64_t refused_us; /* when it was refused (monotime_us) */
+	bool answered;
 };
+
+struct refused_batch {
+	int n, cap;
+	struct refused *r;
+};
+
+static void refused_free(struct refused_batch *b)
+{
+	if (b) {
+		free(b->r);
+		free(b);
+	}
+}
+
+static void refused_flush(evutil_socket_t fd, short what, void *arg);
 
 static void refused_done(void *arg, PGresult *res, const struct db_error *err)
 {
 	struct refused_batch *b = arg;
-	bool answered[REFUSED_BATCH] = { false };
 	char retry[16];
 
+	R.refused_reading = NULL;
 	if (err->status != DB_OK) {
 		for (int i = 0; i < b->n; i++)
-			reply_db_error(b->req[i], err, "start");
-		free(b);
+			reply_db_error(b->r[i].req, err, "start");
+		refused_free(b);
+		refused_flush(-1, 0, NULL);
 		return;
 	}
 	for (int row = 0; row < PQntuples(res); row++) {
 		int i = atoi(PQgetvalue(res, row, 0)) - 1;
 
-		if (i < 0 || i >= b->n || answered[i])
+		if (i < 0 || i >= b->n || b->r[i].answered)
 			continue;
-		answered[i] = true;
+		b->r[i].answered = true;
 		if (PQgetvalue(res, row, 1)[0] != 't')
-			httpd_error(b->req[i], 422, "idempotency_key_reused",
+			httpd_error(b->r[i].req, 422, "idempotency_key_reused",
 				    "this Idempotency-Key was used with a different body");
 		else
-			reply_replayed(b->req[i], b->route[i], PQgetvalue(res, row, 4),
+			reply_replayed(b->r[i].req, b->r[i].route, PQgetvalue(res, row, 4),
 				       PQgetvalue(res, row, 3), db_val(res, row, 5),
 				       atoi(PQgetvalue(res, row, 2)));
 	}
 	snprintf(retry, sizeof(retry), "%d", admission_retry_after_s(R.adm));
 	for (int i = 0; i < b->n; i++) {
-		if (answered[i])
+		if (b->r[i].answered)
 			continue;
 		metric_add(R.refused, 1);
-		metric_observe(R.refusal_seconds, (double)(monotime_us() - b->refused_us[i]) / 1e6);
-		evhttp_add_header(evhttp_request_get_output_headers(b->req[i]), "Retry-After", retry);
-		httpd_error(b->req[i], 429, "overloaded",
+		metric_observe(R.refusal_seconds,
+			       (double)(monotime_us() - b->r[i].refused_us) / 1e6);
+		evhttp_add_header(evhttp_request_get_output_headers(b->r[i].req), "Retry-After",
+				  retry);
+		httpd_error(b->r[i].req, 429, "overloaded",
 			    "more sagas are in flight than this deployment finishes in time; "
 			    "retry after Retry-After seconds with the same Idempotency-Key");
 	}
-	free(b);
+	refused_free(b);
+	/* the refusals that came during this read: now, unless still gathering */
+	if (!evtimer_pending(R.refused_timer, NULL))
+		refused_flush(-1, 0, NULL);
 }
 
-/* Sends the read for the refused starts waiting. */
+/* Sends the read for the refused starts waiting, unless one is out. */
 static void refused_flush(evutil_socket_t fd, short what, void *arg)
 {
 	struct refused_batch *b = R.refused_wait;
+	struct db_pool *pool = R.door && db_pool_ready(R.door) ? R.door : R.service->pool;
 	size_t len;
 
-	if (!b)
+	if (!b || R.refused_reading)
 		return;
 	R.refused_wait = NULL;
-	evtimer_del(R.refused_timer);
+	R.refused_reading = b;
 	evbuffer_add(R.refused_keys, "]", 2); /* with the NUL */
 	len = evbuffer_get_length(R.refused_keys);
 	const char *params[1] = { (const char *)evbuffer_pullup(R.refused_keys, (ev_ssize_t)len) };
 
-	db_query(R.service->pool, refused_sql, 1, params, refused_done, b);
+	db_query(pool, refused_sql, 1, params, refused_done, b);
 	evbuffer_drain(R.refused_keys, len);
 }
 
@@ -306,16 +333,24 @@ static void refuse(struct evhttp_request *req, enum start_route route, const cha
 	struct refused_batch *b = R.refused_wait;
 
 	if (!b) {
-		struct timeval wait = { 0, REFUSED_WAIT_MS * 1000 };
-
 		b = calloc(1, sizeof(*b));
 		if (!b)
 			abort();
 		R.refused_wait = b;
 		evbuffer_add(R.refused_keys, "[", 1);
-		evtimer_add(R.refused_timer, &wait);
+		if (!R.refused_reading) {
+			struct timeval gather = { 0, REFUSED_GATHER_US };
+
+			evtimer_add(R.refused_timer, &gather);
+		}
 	} else {
 		evbuffer_add(R.refused_keys, ",", 1);
+	}
+	if (b->n == b->cap) {
+		b->cap = b->cap ? 2 * b->cap : 16;
+		b->r = realloc(b->r, (size_t)b->cap * sizeof(*b->r));
+		if (!b->r)
+			abort();
 	}
 	/* [key, body]: the body as the create hashes it */
 	evbuffer_add(R.refused_keys, "[", 1);
@@ -323,11 +358,7 @@ static void refuse(struct evhttp_request *req, enum start_route route, const cha
 	evbuffer_add(R.refused_keys, ",", 1);
 	jsonx_buf_str(R.refused_keys, canon);
 	evbuffer_add(R.refused_keys, "]", 1);
-	b->route[b->n] = route;
-	b->refused_us[b->n] = monotime_us();
-	b->req[b->n++] = req;
-	if (b->n == REFUSED_BATCH)
-		refused_flush(-1, 0, NULL);
+	b->r[b->n++] = (struct refused){ .req = req, .route = route, .refused_us = monotime_us() };
 }
 
 /* The Idempotency-Key header, checked; false when answered (400). */
@@ -748,6 +779,11 @@ void orders_open(struct service *service, struct admission *adm, int64_t step_ti
 	R.refused_timer = evtimer_new(service->base, refused_flush, NULL);
 	if (!R.refused_keys || !R.refused_timer)
 		abort();
+	if (admission_limit(adm) != 0) {
+		R.door = db_pool_new(service->base, service->database_url, "orchestrator", 1);
+		if (!R.door)
+			abort();
+	}
 	R.count_timer = event_new(service->base, -1, EV_PERSIST, count_cb, NULL);
 	if (!R.count_timer)
 		abort();
@@ -774,6 +810,8 @@ void orders_close(void)
 		event_free(R.refused_timer);
 	if (R.refused_keys)
 		evbuffer_free(R.refused_keys);
-	free(R.refused_wait);
+	db_pool_free(R.door); /* drops a read out, without its callback */
+	refused_free(R.refused_wait);
+	refused_free(R.refused_reading);
 	memset(&R, 0, sizeof(R));
 }

@@ -27,7 +27,10 @@ its effects are read from each participant's own tables:
   command is a dead letter in orchestrator.outbox_messages whose last_error
   names NOWHERE_URL;
 - shipping SIGKILLed while it holds the commands of sagas waiting at it,
-  and started again: each completes, shipped once, answered once.
+  and started again: each completes, shipped once, answered once;
+- saga-bench --saga order-with-shipping (what scripts/bench --compare sagas
+  runs): each of its starts answered 201, each saga found by the customer
+  of its input and Completed.
 
 At the end: every saga is terminal, scripts/audit (sql/audit.sql) is clean,
 each Completed saga of order-with-shipping has its payment captured, its
@@ -46,7 +49,7 @@ import time
 import uuid
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
-from sagatest.core import SRC, Checks, request, tmpdir
+from sagatest.core import BUILD, SRC, Checks, request, tmpdir
 from sagatest.shipping import DEFINITIONS, ShippingSystem
 
 TERMINAL = ("Completed", "Failed", "Compensated")
@@ -292,6 +295,7 @@ def flows(run, transport):
 
 
 KILLED = 5  # sagas in flight at shipping when it is SIGKILLed
+BENCHED = 24  # sagas saga-bench starts
 
 
 def shipping_killed(run):
@@ -324,6 +328,28 @@ def shipping_killed(run):
             checks.ok(n == "1", "killed %d: shipping answered %s times" % (i, n))
 
 
+def benched(run):
+    """saga-bench starts BENCHED sagas of order-with-shipping, closed loop,
+    and finds them by their input's customer (no customer_id column)."""
+    sy = run.sy
+    r = subprocess.run(
+        [os.path.join(BUILD, "src", "bench", "saga-bench"),
+         "--url", "http://127.0.0.1:%d" % sy.ports["orchestrator"],
+         "--db-url", sy.url("saga_auditor"), "--admin-url", sy.url(),
+         "--saga", "order-with-shipping", "--concurrency", "4", "--count", str(BENCHED),
+         "--prefix", "bench", "--wait", "90", "--quiet", "--no-wake"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+    try:
+        got = json.loads(r.stdout)
+    except ValueError:
+        got = {}
+    post, outcomes = got.get("post", {}), got.get("outcomes", {})
+    checks.ok(r.returncode == 0 and post.get("created_201") == BENCHED
+              and got.get("sagas") == BENCHED and got.get("terminal") == BENCHED
+              and outcomes.get("Completed") == BENCHED,
+              "saga-bench --saga order-with-shipping (exit %d): %s" % (r.returncode, r.stdout))
+
+
 def afterwards(run):
     """What holds once everything has settled."""
     sy = run.sy
@@ -344,8 +370,8 @@ def afterwards(run):
         "  LEFT JOIN inventory.reservations r USING (saga_id)"
         "  LEFT JOIN shipping.shipments sh USING (saga_id)"
         " WHERE s.definition_name LIKE 'order-with-shipping%'")
-    checks.ok(len(rows) == 6 + KILLED, "%d sagas of order-with-shipping: %s"
-              % (6 + KILLED, rows))
+    checks.ok(len(rows) == 6 + KILLED + BENCHED, "%d sagas of order-with-shipping: %s"
+              % (6 + KILLED + BENCHED, rows))
     for saga, state, pay, res, ship in rows:
         if state == "Completed":
             checks.ok((pay, res, ship) == ("captured", "reserved", "shipped"),
@@ -384,6 +410,7 @@ def main():
         run = Run(sy)
         flows(run, args.transport)
         shipping_killed(run)
+        benched(run)
         afterwards(run)
     checks.done()
 
