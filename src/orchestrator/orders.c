@@ -227,7 +227,8 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
  * spell waits REFUSED_GATHER_US for others; the reads thus follow the
  * refusals' rate up to one per round trip and carry more keys each as it
  * grows. Without a door (admission off, or its connection down) the read
- * goes to the pool. Measured at 2.5 times the capacity (scripts/bench
+ * goes to the pool, and so does a read whose door broke under it (a read
+ * has no effect to repeat). Measured at 2.5 times the capacity (scripts/bench
  * --overload): docs/performance.md.
  */
 #define REFUSED_GATHER_US 1000
@@ -250,12 +251,15 @@ struct refused {
 struct refused_batch {
 	int n, cap;
 	struct refused *r;
+	char *keys; /* the read's parameter, kept for a second try */
+	bool door;  /* read on the door */
 };
 
 static void refused_free(struct refused_batch *b)
 {
 	if (b) {
 		free(b->r);
+		free(b->keys);
 		free(b);
 	}
 }
@@ -267,6 +271,14 @@ static void refused_done(void *arg, PGresult *res, const struct db_error *err)
 	struct refused_batch *b = arg;
 	char retry[16];
 
+	if (err->status == DB_UNAVAILABLE && b->door) {
+		/* the door's connection broke (it reconnects meanwhile): the pool's */
+		const char *params[1] = { b->keys };
+
+		b->door = false;
+		db_query(R.service->pool, refused_sql, 1, params, refused_done, b);
+		return;
+	}
 	R.refused_reading = NULL;
 	if (err->status != DB_OK) {
 		for (int i = 0; i < b->n; i++)
@@ -312,19 +324,22 @@ static void refused_done(void *arg, PGresult *res, const struct db_error *err)
 static void refused_flush(evutil_socket_t fd, short what, void *arg)
 {
 	struct refused_batch *b = R.refused_wait;
-	struct db_pool *pool = R.door && db_pool_ready(R.door) ? R.door : R.service->pool;
 	size_t len;
 
 	if (!b || R.refused_reading)
 		return;
 	R.refused_wait = NULL;
 	R.refused_reading = b;
+	b->door = R.door && db_pool_ready(R.door);
 	evbuffer_add(R.refused_keys, "]", 2); /* with the NUL */
 	len = evbuffer_get_length(R.refused_keys);
-	const char *params[1] = { (const char *)evbuffer_pullup(R.refused_keys, (ev_ssize_t)len) };
+	b->keys = malloc(len);
+	if (!b->keys)
+		abort();
+	evbuffer_remove(R.refused_keys, b->keys, len);
+	const char *params[1] = { b->keys };
 
-	db_query(pool, refused_sql, 1, params, refused_done, b);
-	evbuffer_drain(R.refused_keys, len);
+	db_query(b->door ? R.door : R.service->pool, refused_sql, 1, params, refused_done, b);
 }
 
 static void refuse(struct evhttp_request *req, enum start_route route, const char *key,

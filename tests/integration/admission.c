@@ -8,6 +8,8 @@
  *   once the saga in flight ended;
  * - a replay of the accepted key is answered as always (201 duplicated),
  *   not refused;
+ * - the same once the door (the connection the replay reads run on) is
+ *   killed: the read goes to the pool, never a 503;
  * - the work of the saga in flight (its events, its compensation) is never
  *   refused.
  */
@@ -90,6 +92,20 @@ START_TEST(refused_start_stores_nothing)
 	http_resp_free(&b);
 	/* ... and with another body: reused, as always */
 	ck_assert_int_eq(env_post_order(&env, "adm-1", second, &b), 422);
+	http_resp_free(&b);
+
+	/* the door killed: only it has run the replay read */
+	ck_assert_int_eq(env_sql_ll(&env,
+				    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+				    " WHERE usename = 'saga_orchestrator'"
+				    "   AND query LIKE '%WITH ORDINALITY AS e(v, i)%'",
+				    0, NULL),
+			 1);
+	assert_refused("adm-2", second);
+	ck_assert_int_eq(env_post_order(&env, "adm-1", first, &b), 201);
+	ob = parse_body(&b);
+	ck_assert_str_eq(jstr(ob, "sagaId"), saga);
+	json_object_put(ob);
 	http_resp_free(&b);
 
 	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_admission_refused_total") >= 1);
