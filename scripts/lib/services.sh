@@ -30,6 +30,10 @@
 
 svc_names=(orchestrator payment inventory)
 svc_roles=(saga_orchestrator saga_payment saga_inventory)
+# shipping's PARTICIPANT_COMMANDS (saga-participant over sql/shipping/), as
+# scripts/up and scripts/bench --compare sagas run it
+# shellcheck disable=SC2034  # read by scripts/up and scripts/bench
+svc_shipping_commands='ShipOrderCommand=ship_order(OrderShipped|ShippingFailed)/CancelShipmentCommand=cancel_shipment(ShipmentCancelled)'
 svc_pids=()
 svc_all=() # every pid started, for a cleanup after a failure half-way
 svc_failed=

@@ -559,15 +559,11 @@ static void post_one(struct conn *c, double t0)
 	/* the run token keeps keys unique when runs share a --prefix */
 	snprintf(key, sizeof(key), "%s-%s-%" PRIu64, S.prefix, L.token, seq);
 	snprintf(body, sizeof(body),
-		 "{\"customerId\":\"%s-c%05d\",\"itemId\":\"it-%0*d\",\"qty\":%d,\"amount\":%lld}",
-		 S.prefix, cust, item_width, item, S.qty, S.amount);
-	if (S.saga) /* the address, in place of the closing brace */
-		snprintf(body + strlen(body) - 1, sizeof(body) - strlen(body) + 1,
-			 ",\"address\":\"%s-c%05d, 1 Bench Street\"}", S.prefix, cust);
-	if (S.saga)
-		snprintf(path, sizeof(path), "/sagas/%s", S.saga);
-	else
-		snprintf(path, sizeof(path), "/orders");
+		 "{\"customerId\":\"%s-c%05d\",\"itemId\":\"it-%0*d\",\"qty\":%d,\"amount\":%lld%s%s%s}",
+		 S.prefix, cust, item_width, item, S.qty, S.amount,
+		 S.saga ? ",\"address\":\"1 Bench Street, " : "", S.saga ? S.prefix : "",
+		 S.saga ? "\"" : "");
+	snprintf(path, sizeof(path), "%s%s", S.saga ? "/sagas/" : "/orders", S.saga ? S.saga : "");
 	req = evhttp_request_new(post_done, p);
 	h = evhttp_request_get_output_headers(req);
 	evhttp_add_header(h, "Host", L.hosthdr);
