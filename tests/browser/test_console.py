@@ -39,7 +39,6 @@ Screenshots of each page at 1280 and 390 px wide are kept in
 import json
 import os
 import sys
-import tempfile
 import time
 
 sys.dont_write_bytecode = True  # keep __pycache__ out of the source tree
@@ -667,7 +666,7 @@ def main():
     for old in os.listdir(ARTEFACTS):  # this run's pictures only
         if old.endswith(".png"):
             os.remove(os.path.join(ARTEFACTS, old))
-    defs_dir = tempfile.mkdtemp(prefix="pgsaga-browser-defs-")
+    defs_dir = core.tmpdir("browser-defs-")
     with open(os.path.join(defs_dir, "stock-first.json"), "w") as f:
         json.dump(STOCK_FIRST, f)
     os.chmod(defs_dir, 0o755)
