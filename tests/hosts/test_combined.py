@@ -109,6 +109,7 @@ def main():
             verify(mq, sy, client, pids, checks, results)
             amqp_log(sy, 6)
             print(db.ctl(0, "history").stdout, flush=True)
+        db.explain(checks)
     log("took %.0f s" % (time.monotonic() - t_start))
     checks.done()
 

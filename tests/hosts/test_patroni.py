@@ -63,6 +63,7 @@ def main():
             drive(client, lambda: run_faults(hs, cl, client, checks, results))
             verify(sy, client, pids, checks, results)
             print(cl.ctl(0, "history").stdout, flush=True)
+        cl.explain(checks)
     log("took %.0f s" % (time.monotonic() - t_start))
     checks.done()
 

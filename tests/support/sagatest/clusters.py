@@ -337,6 +337,27 @@ class PatroniCluster:
                 check=False, timeout=20)
         return r.stdout.strip() if r.returncode == 0 else None
 
+    def log_events(self, i, lines=60):
+        """The last lines of member i's Patroni log that say something
+        (its loop's "no action" and PostgreSQL's own lines left out): what
+        a failed check prints, since the member's files go with the test."""
+        try:
+            with open(os.path.join(self.dirs[i], "node", "patroni.log"),
+                      encoding="utf-8", errors="replace") as f:
+                said = [ln for ln in f if ln[19:20] == "," and "no action" not in ln
+                        and "Lock owner" not in ln]
+        except OSError:
+            return "(no log)"
+        return "".join(said[-lines:])
+
+    def explain(self, checks):
+        """After a failed check: what each member's Patroni did last."""
+        if not checks.failed:
+            return
+        for i in range(self.n):
+            print("--- Patroni on db%d, its last events:\n%s" % (i + 1, self.log_events(i)),
+                  flush=True)
+
     def url(self, role, db="pgsaga"):
         return ("host=%s port=%s dbname=%s user=%s target_session_attrs=read-write"
                 " connect_timeout=5" % (",".join(self.addrs), ",".join(["5432"] * self.n),
