@@ -49,6 +49,48 @@ static int check_one(PGconn *conn, const char *schema, const char *function, boo
 	return rc;
 }
 
+/*
+ * participant_call and participant_undo with a static call for each
+ * function (sql/participant/005_participant_functions.sql): the names go as
+ * two text[] parameters, and the SQL quotes them itself. The names are
+ * [a-z_][a-z0-9_]* (steps.c), so an array literal of them needs no quoting.
+ */
+static int compile(PGconn *conn, const char *schema, const struct steps *steps, char *err,
+		   size_t errlen)
+{
+	char commands[STEPS_MAX * (STEPS_FUNCTION_MAX + 1) + 3] = "{";
+	char undos[sizeof(commands)] = "{";
+	const char *params[2] = { commands, undos };
+	char *ident = PQescapeIdentifier(conn, schema, strlen(schema));
+	char sql[160];
+	PGresult *res;
+	int rc = 0;
+
+	if (!ident) {
+		snprintf(err, errlen, "quoting %s: %s", schema, PQerrorMessage(conn));
+		return -1;
+	}
+	snprintf(sql, sizeof(sql), "SELECT %s.participant_compile($1::text[], $2::text[])", ident);
+	PQfreemem(ident);
+
+	for (size_t i = 0; i < steps->n; i++) {
+		const char *sep = i ? "," : "";
+
+		strcat(strcat(commands, sep), steps->step[i].function);
+		strcat(strcat(undos, sep), steps->step[i].undo);
+	}
+	strcat(commands, "}");
+	strcat(undos, "}");
+	res = PQexecParams(conn, sql, 2, NULL, params, NULL, NULL, 0);
+	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+		snprintf(err, errlen, "writing %s.participant_call: %s", schema,
+			 PQresultErrorMessage(res));
+		rc = -1;
+	}
+	PQclear(res);
+	return rc;
+}
+
 int functions_check(const char *conninfo, const char *schema, const struct steps *steps, char *err,
 		    size_t errlen)
 {
@@ -65,6 +107,8 @@ int functions_check(const char *conninfo, const char *schema, const struct steps
 		if (rc == 0)
 			rc = check_one(conn, schema, steps->step[i].undo, false, err, errlen);
 	}
+	if (rc == 0 && steps->n > 0)
+		rc = compile(conn, schema, steps, err, errlen);
 	PQfinish(conn);
 	return rc;
 }

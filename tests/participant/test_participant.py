@@ -269,6 +269,28 @@ def behaviour(db, cmds, rx):
     checks.ok(cmds.ship(cid, saga) == (200, {"duplicated": False}), "refused, then well-formed")
 
 
+def dispatch(db):
+    """The static calls saga-participant had participant_compile write at
+    start, and the EXECUTE behind them for a name it was not given."""
+    def last(sql):
+        rows = db.psql(sql, role="saga_shipping", db=db.db)
+        return rows[-1][0] if rows else None
+
+    for fn, fname in (("participant_call", "ship_order"), ("participant_undo", "cancel_shipment")):
+        checks.ok(last("SELECT position('shipping.%s(p_body)' IN prosrc) > 0 FROM pg_proc"
+                       " WHERE oid = 'shipping.%s(text, jsonb)'::regprocedure" % (fname, fn))
+                  == "t", "%s has no static call of %s" % (fn, fname))
+    checks.ok(last("SELECT shipping.participant_compile('{ship_order}', '{cancel_shipment}')")
+              == "f", "the same functions compiled again rewrote participant_call")
+    saga = new_id()
+    out = last("BEGIN; SELECT shipping.participant_compile('{another}', '{another_undo}');"
+               " SELECT (shipping.participant_call('ship_order', jsonb_build_object("
+               "'sagaId', '%s', 'itemId', 'A1', 'qty', 1, 'address', '1 Main St'))).output"
+               " ->> 'trackingId'; ROLLBACK" % saga)
+    checks.ok(out is not None and out.startswith("TRK-"),
+              "ship_order through the EXECUTE (another instance's names): %r" % out)
+
+
 def refusals(db):
     """Starts that must stop, naming the function."""
     right = db.settings["PARTICIPANT_COMMANDS"]
@@ -327,6 +349,7 @@ def main():
             behaviour(db, Commands(port, db.token), rx)
             checks.ok(proc.poll() is None, "saga-participant died:\n%s" % tail(log))
             stopped(proc, log)
+            dispatch(db)
             refusals(db)
     finally:
         rx.close()
