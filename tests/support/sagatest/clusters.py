@@ -233,9 +233,10 @@ class RabbitCluster:
         return ok, rows, text
 
     def log_tail(self, i, lines=40):
-        """The last lines of node i's own log file."""
+        """The last lines of node i's own log file (scripts/rabbit-node keeps
+        it in DIR/node/log/)."""
         try:
-            logs = sorted(glob.glob(os.path.join(self.dirs[i], "log", "*.log")),
+            logs = sorted(glob.glob(os.path.join(self.dirs[i], "node", "log", "*.log")),
                           key=os.path.getmtime)
             with open(logs[-1], encoding="utf-8", errors="replace") as f:
                 return "".join(f.readlines()[-lines:])
