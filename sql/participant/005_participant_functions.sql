@@ -9,8 +9,8 @@
 -- command's function and event types), which it checked against pg_proc at
 -- start; format('%I') quotes the function's name all the same. The
 -- handlers reach the operator's functions through participant_call and
--- participant_undo: as created here they EXECUTE the call, planned anew
--- each time (about 45 us); at start saga-participant has
+-- participant_undo: as this migration leaves them they EXECUTE the call,
+-- planned anew each time (about 45 us); at start saga-participant has
 -- participant_compile write them again with a static call for each function
 -- it was given (about 15 us, the plan kept for the session), the EXECUTE
 -- staying for any other name.
@@ -74,78 +74,63 @@ $$;
 COMMENT ON FUNCTION participant_int(jsonb, text, bigint, bigint) IS
     'A command''s integer field within [p_min, p_max]; else SQLSTATE SG400 (400 invalid_field)';
 
--- The operator's command function p_function, or compensation function.
--- participant_compile replaces both; what it writes begins with a CASE of
--- the names it was given and ends with this EXECUTE.
-CREATE FUNCTION participant_call(p_function text, p_body jsonb, OUT reason text,
-                                 OUT output jsonb)
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    EXECUTE format('SELECT r.reason, r.output FROM %I.%I($1) r', current_schema(), p_function)
-       INTO reason, output USING p_body;
-END
-$$;
-
-CREATE FUNCTION participant_undo(p_function text, p_body jsonb) RETURNS void
-LANGUAGE plpgsql
-AS $$
-BEGIN
-    EXECUTE format('SELECT %I.%I($1)', current_schema(), p_function) USING p_body;
-END
-$$;
-
--- participant_call and participant_undo written again with a static call
--- for each of p_commands and p_undos (names the caller checked against
--- pg_proc), when that changes them; true when it did. Serialised on the
--- schema, so that instances starting together do not update the same
--- catalog rows at once.
+-- participant_call (a command's function: reason, output) and
+-- participant_undo (a compensation's), written by participant_compile: a
+-- CASE with a static call of each function in p_commands and p_undos (names
+-- the caller checked against pg_proc), then the EXECUTE for any other name;
+-- the EXECUTE alone for empty arrays, as this migration leaves them (a CASE
+-- needs a WHEN). Each is replaced only when that changes it; true when one
+-- was. Serialised on the schema, so that instances starting together do not
+-- update the same catalog rows at once.
 CREATE FUNCTION participant_compile(p_commands text[], p_undos text[]) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path FROM CURRENT
 AS $$
 DECLARE
     v_schema text := current_schema();
-    v_call text := '';
-    v_undo text := '';
+    v_head text[] := ARRAY['participant_call(p_function text, p_body jsonb, OUT reason text,'
+                           ' OUT output jsonb)',
+                           'participant_undo(p_function text, p_body jsonb) RETURNS void'];
+    v_signature text[] := ARRAY['participant_call(text, jsonb)', 'participant_undo(text, jsonb)'];
+    v_query text[] := ARRAY['SELECT r.reason, r.output FROM %I.%I($1) r', 'SELECT %I.%I($1)'];
+    v_into text[] := ARRAY[' INTO reason, output', ''];
+    v_when text[] := ARRAY['', ''];
+    v_body text;
     v_fn text;
     v_changed boolean := false;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended(v_schema || ':participant_compile', 0));
     FOREACH v_fn IN ARRAY p_commands LOOP
-        v_call := v_call || format(E'    WHEN %L THEN\n        SELECT r.reason, r.output'
-                                   || E' INTO reason, output FROM %I.%I(p_body) r;\n',
-                                   v_fn, v_schema, v_fn);
+        v_when[1] := v_when[1] || format(E'    WHEN %L THEN\n        SELECT r.reason, r.output'
+                                         || E' INTO reason, output FROM %I.%I(p_body) r;\n',
+                                         v_fn, v_schema, v_fn);
     END LOOP;
     FOREACH v_fn IN ARRAY p_undos LOOP
-        v_undo := v_undo || format(E'    WHEN %L THEN\n        PERFORM %I.%I(p_body);\n',
-                                   v_fn, v_schema, v_fn);
+        v_when[2] := v_when[2] || format(E'    WHEN %L THEN\n        PERFORM %I.%I(p_body);\n',
+                                         v_fn, v_schema, v_fn);
     END LOOP;
-    v_call := format(E'\nBEGIN\n    CASE p_function\n%s    ELSE\n        EXECUTE format('
-                     || E'''SELECT r.reason, r.output FROM %%I.%%I($1) r'', %L, p_function)\n'
-                     || E'            INTO reason, output USING p_body;\n    END CASE;\nEND\n',
-                     v_call, v_schema);
-    v_undo := format(E'\nBEGIN\n    CASE p_function\n%s    ELSE\n        EXECUTE format('
-                     || E'''SELECT %%I.%%I($1)'', %L, p_function) USING p_body;\n'
-                     || E'    END CASE;\nEND\n', v_undo, v_schema);
-    IF v_call IS DISTINCT FROM (SELECT prosrc FROM pg_proc
-                                 WHERE oid = 'participant_call(text, jsonb)'::regprocedure) THEN
-        EXECUTE format('CREATE OR REPLACE FUNCTION %I.participant_call(p_function text,'
-                       ' p_body jsonb, OUT reason text, OUT output jsonb)'
-                       ' LANGUAGE plpgsql AS %L', v_schema, v_call);
-        v_changed := true;
-    END IF;
-    IF v_undo IS DISTINCT FROM (SELECT prosrc FROM pg_proc
-                                 WHERE oid = 'participant_undo(text, jsonb)'::regprocedure) THEN
-        EXECUTE format('CREATE OR REPLACE FUNCTION %I.participant_undo(p_function text,'
-                       ' p_body jsonb) RETURNS void LANGUAGE plpgsql AS %L', v_schema, v_undo);
-        v_changed := true;
-    END IF;
+    FOR i IN 1..2 LOOP
+        v_body := format('EXECUTE format(%L, %L, p_function)%s USING p_body;',
+                         v_query[i], v_schema, v_into[i]);
+        IF v_when[i] <> '' THEN
+            v_body := format(E'CASE p_function\n%s    ELSE\n        %s\n    END CASE;',
+                             v_when[i], v_body);
+        END IF;
+        v_body := format(E'\nBEGIN\n    %s\nEND\n', v_body);
+        IF v_body IS DISTINCT FROM (SELECT prosrc FROM pg_proc WHERE oid =
+                                    to_regprocedure(format('%I.%s', v_schema, v_signature[i]))) THEN
+            EXECUTE format('CREATE OR REPLACE FUNCTION %I.%s LANGUAGE plpgsql AS %L',
+                           v_schema, v_head[i], v_body);
+            v_changed := true;
+        END IF;
+    END LOOP;
     RETURN v_changed;
 END
 $$;
 COMMENT ON FUNCTION participant_compile(text[], text[]) IS
-    'Writes participant_call and participant_undo again with a static call for each function named; true when that changed them.';
+    'Writes participant_call and participant_undo: a static call for each function named, an EXECUTE for any other; true when that changed them.';
+
+SELECT participant_compile('{}', '{}');
 
 -- A command. result is 'duplicate' when the command was handled before,
 -- else the type of the event it answered with (event_id, payload). The
