@@ -8,6 +8,8 @@
  * - it completes, with its input kept and its history in its own states;
  * - a failure at its second step undoes the first, in reverse;
  * - a deadline at its last step (its own deadlineMs) undoes both;
+ * - a step whose field is an output its earlier step's event did not carry
+ *   fails without being sent, and the earlier step is undone;
  * - the start is idempotent like POST /orders, one key across definitions;
  *   bad input, an unknown name and an event of another definition are
  *   refused and change nothing;
@@ -49,6 +51,22 @@ static const char stock_first_v2[] =
 	"   \"command\": \"ReserveInventoryCommand\", \"fields\": [\"itemId\", \"qty\"],\n"
 	"   \"succeeded\": \"InventoryReserved\", \"failed\": \"InventoryReservationFailed\",\n"
 	"   \"compensation\": \"ReleaseInventoryCommand\", \"compensated\": \"InventoryReleased\"}]}\n";
+
+/* Stock first, then a charge that needs Stock.slot, which inventory's event never carries. */
+static const char needs_slot[] =
+	"{\"name\": \"needs-slot\", \"version\": 1,\n"
+	" \"input\": {\"customerId\": {\"type\": \"id\"}, \"itemId\": {\"type\": \"id\"},\n"
+	"           \"qty\": {\"type\": \"integer\", \"min\": 1, \"max\": 10},\n"
+	"           \"amount\": {\"type\": \"integer\", \"min\": 1, \"max\": 100000000}},\n"
+	" \"steps\": [\n"
+	"  {\"name\": \"Stock\", \"participant\": \"inventory\",\n"
+	"   \"command\": \"ReserveInventoryCommand\", \"fields\": [\"itemId\", \"qty\"],\n"
+	"   \"succeeded\": \"InventoryReserved\", \"failed\": \"InventoryReservationFailed\",\n"
+	"   \"compensation\": \"ReleaseInventoryCommand\", \"compensated\": \"InventoryReleased\"},\n"
+	"  {\"name\": \"Charge\", \"participant\": \"payment\",\n"
+	"   \"command\": \"PayCommand\", \"fields\": [\"customerId\", \"amount\", \"Stock.slot\"],\n"
+	"   \"succeeded\": \"PaymentSucceeded\", \"failed\": \"PaymentFailed\",\n"
+	"   \"compensation\": \"RefundPaymentCommand\", \"compensated\": \"PaymentRefunded\"}]}\n";
 
 static char defs_dir[256];
 
@@ -208,6 +226,40 @@ START_TEST(defined_saga_failure_undoes_the_first_step)
 					   " saga_id = '%s' AND status = 'released'", saga), 1);
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT available FROM inventory.stock"
 					  " WHERE item_id = 'A001'", 0, NULL), 10);
+}
+END_TEST
+
+START_TEST(defined_saga_missing_output_fails_its_step)
+{
+	char saga[UUID_STR_LEN], key[UUID_STR_LEN];
+	struct http_resp r;
+	char *h;
+
+	defs_write("needs-slot.json", needs_slot);
+	start_with_definition(60000, NULL);
+	uuid_new_v7(key);
+	ck_assert_int_eq(post_saga("needs-slot", key,
+				   "{\"customerId\":\"c-1\",\"itemId\":\"A001\",\"qty\":2,"
+				   "\"amount\":500}", &r), 201);
+	struct json_object *o = parse_body(&r);
+
+	snprintf(saga, sizeof(saga), "%s", jstr(o, "sagaId"));
+	json_object_put(o);
+	http_resp_free(&r);
+	ck_assert(wait_state(saga, "Compensated"));
+	h = history_of(saga);
+	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
+			    "|PendingCharge>Compensating:PaymentFailed"
+			    "|Compensating>Compensated:InventoryReleased");
+	free(h);
+	/* the event that moved it is on the first of its two rows, nothing on the failure */
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_history WHERE"
+					   " saga_id = '%s' AND message_id IS NULL", saga), 2);
+	/* the charge was never sent; the reservation was released */
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM payment.payments WHERE saga_id"
+					   " = '%s'", saga), 0);
+	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM inventory.reservations WHERE"
+					   " saga_id = '%s' AND status = 'released'", saga), 1);
 }
 END_TEST
 
@@ -485,6 +537,7 @@ Suite *sagas_as_data_suite(void)
 	tcase_add_test(tc, defined_saga_completes);
 	tcase_add_test(tc, defined_saga_failure_undoes_the_first_step);
 	tcase_add_test(tc, defined_saga_deadline_at_its_last_step);
+	tcase_add_test(tc, defined_saga_missing_output_fails_its_step);
 	tcase_add_test(tc, defined_saga_start_is_idempotent_and_checked);
 	tcase_add_test(tc, sagas_order_is_post_orders);
 	tcase_add_test(tc, event_of_no_definition_is_404);
