@@ -89,12 +89,15 @@
 #define MAX_SLOTS 4096
 
 /*
- * The sagas of a run, s being saga_instances: created since $1, their
+ * The sagas of a run, row being saga_instances' row: created since $1, their
  * customer (the order saga's column, another saga's input) starting with $2.
+ * The input read through to_jsonb, not by its column, so that the query
+ * also runs on 1.0.0's schema (scripts/bench --compare), which has none;
+ * coalesce reads it only for a saga without the column.
  */
-#define RUN_SAGAS(s) \
-	s "created_at >= $1 AND left(coalesce(" s "customer_id, " s "input->>'customerId'), " \
-	  "length($2)) = $2"
+#define RUN_SAGAS(row) \
+	row ".created_at >= $1 AND left(coalesce(" row ".customer_id, to_jsonb(" row \
+	   ")->'input'->>'customerId'), length($2)) = $2"
 
 /* --- settings ------------------------------------------------------------ */
 
@@ -779,7 +782,7 @@ static long long wait_terminal(PGconn *c, const char *const *run, long long expe
 	for (;;) {
 		PGresult *r = db_exec(c,
 				      "SELECT state, count(*) FROM orchestrator.saga_instances"
-				      " WHERE " RUN_SAGAS("")
+				      " WHERE " RUN_SAGAS("saga_instances")
 				      " GROUP BY state",
 				      2, run);
 		long long done = 0, all = 0;
@@ -833,7 +836,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 		    "       extract(epoch FROM max(h.at) OVER () - min(s.created_at) OVER ())"
 		    "  FROM orchestrator.saga_instances s"
 		    "  JOIN orchestrator.saga_history h ON h.saga_id = s.saga_id AND h.version = s.version"
-		    " WHERE " RUN_SAGAS("s."),
+		    " WHERE " RUN_SAGAS("s"),
 		    2, run);
 	struct json_object *outcomes = json_object_new_object();
 	double span = 0, maxv = 0, sum = 0;
@@ -876,7 +879,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 	r = db_exec(c,
 		    "SELECT count(*) FROM orchestrator.saga_history h"
 		    "  JOIN orchestrator.saga_instances s ON s.saga_id = h.saga_id"
-		    " WHERE h.cause = 'StepTimeout' AND " RUN_SAGAS("s."),
+		    " WHERE h.cause = 'StepTimeout' AND " RUN_SAGAS("s"),
 		    2, run);
 	json_object_object_add(out, "step_timeouts", json_object_new_int64(atoll(PQgetvalue(r, 0, 0))));
 	PQclear(r);
@@ -918,7 +921,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 		    "               (PARTITION BY h.saga_id ORDER BY h.version) - h.at) * 1000 AS d"
 		    "          FROM orchestrator.saga_history h"
 		    "          JOIN orchestrator.saga_instances s ON s.saga_id = h.saga_id"
-		    "         WHERE " RUN_SAGAS("s.") ") x"
+		    "         WHERE " RUN_SAGAS("s") ") x"
 		    " WHERE d IS NOT NULL GROUP BY to_state ORDER BY to_state",
 		    2, run);
 	o = json_object_new_object();
@@ -946,7 +949,7 @@ static struct json_object *summarise(PGconn *c, const char *const *run)
 		   *commit_r = ts ? "pg_xact_commit_timestamp(r.xmin)" : "r.created_at";
 	snprintf(sql, sizeof(sql),
 		 "WITH s AS (SELECT saga_id FROM orchestrator.saga_instances"
-		 "            WHERE " RUN_SAGAS("") "),"
+		 "            WHERE " RUN_SAGAS("saga_instances") "),"
 		 " m AS ("
 		 "  SELECT o.type AS kind, %s AS c, o.next_attempt_at - $3::int * interval '1 ms' AS cl,"
 		 "         coalesce(p.created_at, r.created_at) AS rx"
