@@ -114,14 +114,14 @@ static int post_saga(const char *name, const char *key, const char *body, struct
 	return r->status;
 }
 
-/* Starts one under a fresh key: 201, its id into saga. */
-static void start_saga(const char *body, char saga[UUID_STR_LEN])
+/* Starts a saga of the definition name under a fresh key: 201, its id into saga. */
+static void start_saga(const char *name, const char *body, char saga[UUID_STR_LEN])
 {
 	struct http_resp r;
 	char key[UUID_STR_LEN];
 
 	uuid_new_v7(key);
-	ck_assert_int_eq(post_saga("stock-first", key, body, &r), 201);
+	ck_assert_int_eq(post_saga(name, key, body, &r), 201);
 	struct json_object *o = parse_body(&r);
 	snprintf(saga, UUID_STR_LEN, "%s", jstr(o, "sagaId"));
 	json_object_put(o);
@@ -207,6 +207,11 @@ START_TEST(defined_saga_completes)
 }
 END_TEST
 
+/* The history of a saga whose charge failed: its stock released, in reverse. */
+static const char undone_at_charge[] =
+	">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
+	"|PendingCharge>Compensating:PaymentFailed|Compensating>Compensated:InventoryReleased";
+
 START_TEST(defined_saga_failure_undoes_the_first_step)
 {
 	char saga[UUID_STR_LEN];
@@ -214,13 +219,11 @@ START_TEST(defined_saga_failure_undoes_the_first_step)
 
 	start_with_definition(60000, NULL);
 	/* more than the default credit (1000000): PaymentFailed */
-	start_saga("{\"customerId\":\"poor\",\"itemId\":\"A001\",\"qty\":3,\"amount\":2000000,"
+	start_saga("stock-first", "{\"customerId\":\"poor\",\"itemId\":\"A001\",\"qty\":3,\"amount\":2000000,"
 		   "\"note\":\"\"}", saga);
 	ck_assert(wait_state(saga, "Compensated"));
 	h = history_of(saga);
-	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
-			    "|PendingCharge>Compensating:PaymentFailed"
-			    "|Compensating>Compensated:InventoryReleased");
+	ck_assert_str_eq(h, undone_at_charge);
 	free(h);
 	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM inventory.reservations WHERE"
 					   " saga_id = '%s' AND status = 'released'", saga), 1);
@@ -231,26 +234,16 @@ END_TEST
 
 START_TEST(defined_saga_missing_output_fails_its_step)
 {
-	char saga[UUID_STR_LEN], key[UUID_STR_LEN];
-	struct http_resp r;
+	char saga[UUID_STR_LEN];
 	char *h;
 
 	defs_write("needs-slot.json", needs_slot);
 	start_with_definition(60000, NULL);
-	uuid_new_v7(key);
-	ck_assert_int_eq(post_saga("needs-slot", key,
-				   "{\"customerId\":\"c-1\",\"itemId\":\"A001\",\"qty\":2,"
-				   "\"amount\":500}", &r), 201);
-	struct json_object *o = parse_body(&r);
-
-	snprintf(saga, sizeof(saga), "%s", jstr(o, "sagaId"));
-	json_object_put(o);
-	http_resp_free(&r);
+	start_saga("needs-slot", "{\"customerId\":\"c-1\",\"itemId\":\"A001\",\"qty\":2,"
+		   "\"amount\":500}", saga);
 	ck_assert(wait_state(saga, "Compensated"));
 	h = history_of(saga);
-	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
-			    "|PendingCharge>Compensating:PaymentFailed"
-			    "|Compensating>Compensated:InventoryReleased");
+	ck_assert_str_eq(h, undone_at_charge);
 	free(h);
 	/* the event that moved it is on the first of its two rows, nothing on the failure */
 	ck_assert_int_eq(env_sql_llf(&env, "SELECT count(*) FROM orchestrator.saga_history WHERE"
@@ -271,7 +264,7 @@ START_TEST(defined_saga_deadline_at_its_last_step)
 
 	/* Charge's own deadline, 300 ms, not STEP_TIMEOUT_MS (120 s) */
 	start_with_definition(300, slow);
-	start_saga(body_ok, saga);
+	start_saga("stock-first", body_ok, saga);
 	ck_assert(wait_state(saga, "Compensated"));
 	h = history_of(saga);
 	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
@@ -415,7 +408,7 @@ START_TEST(version_pinned_across_a_restart)
 
 	/* the first saga waits at its payment, which fails until told otherwise */
 	start_with_definition(60000, failing);
-	start_saga(body_ok, held);
+	start_saga("stock-first", body_ok, held);
 	ck_assert(wait_state(held, "PendingCharge"));
 	env_stop(&env, SVC_ORCH, SIGTERM);
 
