@@ -53,7 +53,8 @@ static struct {
  * One statement, one transaction: the idempotency record, the saga, its
  * first history row and its first command (its body from saga_first_body:
  * built here from the input in hand, it spares the statement a PL/pgSQL
- * call and two JSON parameters; later commands get theirs from saga_advance,
+ * call and two JSON parameters, and is sent from here once committed, as
+ * 1.0 did; later commands get theirs from saga_advance,
  * sql/orchestrator/007, which has the steps' outputs). ON CONFLICT DO UPDATE (not
  * DO NOTHING) so that a concurrent request with the same key waits for the
  * first to commit and then gets its row back: DO NOTHING would return
@@ -94,11 +95,10 @@ static const char create_sql[] =
 	"  INSERT INTO outbox_messages (message_id, kind, destination, type, payload, trace_id,"
 	"                               next_attempt_at)"
 	"  SELECT $12, 'command', $17, $18, $13::jsonb, $11,"
-	"         now() + $14::int * interval '1 millisecond' FROM s"
-	"  RETURNING payload::text)"
+	"         now() + $14::int * interval '1 millisecond' FROM s)"
 	"SELECT rec.saga_id = $3::uuid,"
 	"       rec.request_hash = encode(sha256(convert_to($2, 'UTF8')), 'hex'),"
-	"       rec.status, rec.response->>'state', rec.saga_id, (SELECT payload FROM o),"
+	"       rec.status, rec.response->>'state', rec.saga_id,"
 	"       CASE WHEN rec.saga_id <> $3::uuid THEN"
 	"         (SELECT definition_name || '/' || definition_version FROM saga_instances"
 	"           WHERE saga_id = rec.saga_id) END"
@@ -115,8 +115,15 @@ struct order_ctx {
 	char cmd_id[UUID_STR_LEN];
 	char response[SAGA_DEF_NAME_MAX + 192];
 	char trace[TRACE_ID_LEN];
+	char *body;    /* the first command's, sent once committed */
 	bool admitted; /* holds a reservation (admission_try) */
 };
+
+static void order_free(struct order_ctx *c)
+{
+	free(c->body);
+	free(c);
+}
 
 /* The trace of an incoming traceparent, or a new one. */
 static void trace_id_of(struct evhttp_request *req, char out[TRACE_ID_LEN])
@@ -182,7 +189,7 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 			httpd_error(req, 500, "internal", "no idempotency record");
 		else
 			reply_db_error(req, err, "start");
-		free(c);
+		order_free(c);
 		return;
 	}
 	bool fresh = PQgetvalue(res, 0, 0)[0] == 't';
@@ -191,7 +198,7 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 	if (!same) {
 		httpd_error(req, 422, "idempotency_key_reused",
 			    "this Idempotency-Key was used with a different body");
-		free(c);
+		order_free(c);
 		return;
 	}
 	if (fresh) {
@@ -207,13 +214,13 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 		       (int)c->def->version);
 		/* the first command's row was written claimed: send it now */
 		outbox_send(R.service->outbox, c->cmd_id, "command", first.participant, first.message,
-			    PQgetvalue(res, 0, 5), c->trace);
+			    c->body, c->trace);
 		httpd_reply(req, 201, c->response);
 	} else {
 		reply_replayed(req, c->route, PQgetvalue(res, 0, 4), PQgetvalue(res, 0, 3),
-			       db_val(res, 0, 6), atoi(PQgetvalue(res, 0, 2)));
+			       db_val(res, 0, 5), atoi(PQgetvalue(res, 0, 2)));
 	}
-	free(c);
+	order_free(c);
 }
 
 /*
@@ -461,7 +468,7 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 {
 	char ttl_s[24], step_s[24], version_s[16], def_s[SAGA_DEF_NAME_MAX + 16];
 	char customer_s[24], item_s[24], qty_s[24], amount_s[24]; /* numbers only */
-	char *canon = jsonx_canonical(obj), *hashed, *input, *body;
+	char *canon = jsonx_canonical(obj), *hashed, *input;
 	bool columns = input_in_columns(d);
 	struct saga_move first = saga_machine_start(d);
 	struct order_ctx *c;
@@ -499,7 +506,7 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 	start_answer(c->response, sizeof(c->response), c->saga_id, first.to_state,
 		     route == ROUTE_SAGAS ? def_s : NULL, false);
 	input = declared_input(d, obj);
-	body = saga_first_body(d, obj, c->cmd_id, c->saga_id);
+	c->body = saga_first_body(d, obj, c->cmd_id, c->saga_id);
 	snprintf(ttl_s, sizeof(ttl_s), "%lld", (long long)R.idempotency_ttl_s);
 	snprintf(step_s, sizeof(step_s), "%lld", (long long)saga_step_deadline_ms(d, 0));
 	snprintf(version_s, sizeof(version_s), "%d", (int)d->version);
@@ -508,7 +515,7 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 		order_field(obj, columns, "customerId", customer_s),
 		order_field(obj, columns, "itemId", item_s), order_field(obj, columns, "qty", qty_s),
 		order_field(obj, columns, "amount", amount_s), step_s,
-		c->trace, c->cmd_id, body, outbox_lease_ms(R.service->outbox),
+		c->trace, c->cmd_id, c->body, outbox_lease_ms(R.service->outbox),
 		first.to_state, first.cause, first.participant, first.message,
 		d->name, version_s, columns ? NULL : input,
 	};
@@ -519,7 +526,6 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 		free(hashed);
 	free(canon);
 	free(input);
-	free(body);
 }
 
 /* The body, parsed: a JSON object, or NULL when answered (400). */
