@@ -207,6 +207,7 @@ static void order_done(void *arg, PGresult *res, const struct db_error *err)
 		char labels[128];
 
 		set_location(req, c->route, PQgetvalue(res, 0, 4));
+		saga_engine_started(c->saga_id, c->def);
 		metrics_inc(R.started, "", 1);
 		snprintf(labels, sizeof(labels), "from=\"\",to=\"%s\"", first.to_state);
 		metrics_inc(saga_transitions_metric(), labels, 1);

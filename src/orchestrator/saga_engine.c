@@ -77,6 +77,62 @@ struct transition {
 static void transition_send(struct transition *t);
 static bool transition_plan(struct transition *t);
 
+/*
+ * The definition of each saga this orchestrator started or moved, so that
+ * an event for it carries the plan of the saga's own definition only, not
+ * one for every definition loaded in which its type acts: the plans are
+ * JSON the server parses at every call (31 us a saga when two definitions
+ * share the order saga's events, and more with each definition that shares
+ * them). Direct-mapped: a slot per hash of the saga's id, taken over by the
+ * next saga that hashes there, cleared when the saga ends. A miss costs
+ * what every event cost before, the plans of every definition; a stale
+ * entry (the saga migrated to another version meanwhile) one more round
+ * trip: saga_advance answers no_plan and names the saga's definition.
+ */
+#define KNOWN_SLOTS 4096 /* a power of two; 48 bytes each */
+
+static struct known {
+	char saga_id[UUID_STR_LEN];
+	const struct saga_def *def; /* stable: the registry only grows */
+} known_sagas[KNOWN_SLOTS];
+
+static struct known *known_slot(const char *saga_id)
+{
+	uint32_t h = 2166136261u; /* FNV-1a */
+
+	for (const char *c = saga_id; *c; c++)
+		h = (h ^ (unsigned char)*c) * 16777619u;
+	return &known_sagas[h & (KNOWN_SLOTS - 1)];
+}
+
+static void known_set(const char *saga_id, const struct saga_def *d)
+{
+	struct known *k = known_slot(saga_id);
+
+	snprintf(k->saga_id, sizeof(k->saga_id), "%s", saga_id);
+	k->def = d;
+}
+
+static const struct saga_def *known_def(const char *saga_id)
+{
+	const struct known *k = known_slot(saga_id);
+
+	return strcmp(k->saga_id, saga_id) == 0 ? k->def : NULL;
+}
+
+static void known_forget(const char *saga_id)
+{
+	struct known *k = known_slot(saga_id);
+
+	if (strcmp(k->saga_id, saga_id) == 0)
+		memset(k, 0, sizeof(*k));
+}
+
+void saga_engine_started(const char *saga_id, const struct saga_def *d)
+{
+	known_set(saga_id, d);
+}
+
 int64_t saga_step_deadline_ms(const struct saga_def *d, int step)
 {
 	return d->steps[step].deadline_ms > 0 ? d->steps[step].deadline_ms : E.step_timeout_ms;
@@ -211,9 +267,10 @@ static void plans_add(struct json_object *plans, const struct saga_def *d,
 }
 
 /*
- * The plans of t: for an event, one per loaded definition in which its type
- * acts; for a deadline or a cancellation, the saga's definition's. False
- * when there is none.
+ * The plans of t: for an event, its saga's definition's when known and the
+ * type acts in it, else one per loaded definition in which the type acts;
+ * for a deadline or a cancellation, the saga's definition's. False when
+ * there is none.
  */
 static bool transition_plan(struct transition *t)
 {
@@ -224,13 +281,17 @@ static bool transition_plan(struct transition *t)
 
 	uuid_new_v7(cmd_id);
 	if (t->trigger == SAGA_ON_EVENT) {
+		const struct saga_def *own = known_def(t->saga_id);
+		struct saga_pos at;
+
+		if (own && !saga_machine_expected(own, t->type, &at))
+			own = NULL;
 		for (size_t i = 0; i < saga_registry_count(); i++) {
 			const struct saga_def *d = saga_registry_at(i);
-			struct saga_pos at;
 			struct json_object *p;
 			bool e = false;
 
-			if (!saga_machine_expected(d, t->type, &at))
+			if ((own && d != own) || !saga_machine_expected(d, t->type, &at))
 				continue;
 			p = plan_of(d, at, SAGA_ON_EVENT, t->type, cmd_id, &e, &why);
 			if (!p)
@@ -335,10 +396,13 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 
 		if (!d && transition_reload(t))
 			return;
+		if (d)
+			known_set(t->saga_id, d);
 		if (d && strcmp(result, "no_plan") == 0 && t->trigger == SAGA_ON_EVENT) {
 			struct saga_pos unused;
 
-			/* loaded since the plans were made: plan again */
+			/* loaded since the plans were made, or not the definition this
+			 * orchestrator knew the saga by: plan again */
 			if (saga_machine_expected(d, t->type, &unused) && ++t->tries < TRANSITION_TRIES &&
 			    transition_plan(t)) {
 				transition_send(t);
@@ -354,6 +418,7 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 
 	const char *trace = db_val(res, 0, C_TRACE);
 	const char *from = PQgetvalue(res, 0, C_FROM), *to = PQgetvalue(res, 0, C_TO);
+	bool ended = PQgetvalue(res, 0, C_ENDING)[0] == 't';
 	struct log_ctx lc = { .saga_id = t->saga_id,
 			      .message_id = t->event_id[0] ? t->event_id : NULL,
 			      .trace_id = trace };
@@ -374,7 +439,12 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 		outbox_send(E.service->outbox, PQgetvalue(res, 0, C_OUT_ID), "command",
 			    PQgetvalue(res, 0, C_OUT_DEST), PQgetvalue(res, 0, C_OUT_TYPE),
 			    PQgetvalue(res, 0, C_PAYLOAD), trace);
-	transition_done(t, SAGA_OUT_APPLIED, PQgetvalue(res, 0, C_ENDING)[0] == 't');
+	if (ended)
+		known_forget(t->saga_id);
+	else
+		known_set(t->saga_id, saga_registry_get(PQgetvalue(res, 0, C_DEF),
+							atoi(PQgetvalue(res, 0, C_DEFV))));
+	transition_done(t, SAGA_OUT_APPLIED, ended);
 }
 
 static void transition_send(struct transition *t)
@@ -702,4 +772,5 @@ void saga_engine_close(void)
 	if (E.deadline_timer)
 		event_free(E.deadline_timer);
 	memset(&E, 0, sizeof(E));
+	memset(known_sagas, 0, sizeof(known_sagas));
 }

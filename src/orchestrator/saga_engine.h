@@ -10,12 +10,14 @@
  * sent at once.
  *
  * An event names its saga but not the saga's definition, which only the
- * saga's row says. So that one round trip still does, the engine sends a
- * plan for each definition version loaded in which the event's type acts
- * (at one position each: saga_machine_expected), and saga_advance applies
- * the plan of the saga's own. A saga whose definition version is not
- * loaded here (registered through another orchestrator) makes the engine
- * read the registry again and try once more.
+ * saga's row says. So that one round trip still does, the engine sends the
+ * plan of the saga's definition when it knows it (it started the saga or
+ * moved it before), else a plan for each definition version loaded in
+ * which the event's type acts (at one position each:
+ * saga_machine_expected), and saga_advance applies the plan of the saga's
+ * own. A saga whose definition version is not loaded here (registered
+ * through another orchestrator) makes the engine read the registry again
+ * and try once more.
  */
 #ifndef PGSAGA_SAGA_ENGINE_H
 #define PGSAGA_SAGA_ENGINE_H
@@ -41,6 +43,9 @@ void saga_engine_open(struct service *service, struct admission *adm, int64_t st
 void saga_engine_close(void);
 
 /* saga_transitions_total{from,to}; orders.c counts a saga's creation in it. */
+
+/* A saga of d was created (orders.c): its events will carry d's plan only. */
+void saga_engine_started(const char *saga_id, const struct saga_def *d);
 struct metric_family *saga_transitions_metric(void);
 
 /* An event, over HTTP or from the broker (service_spec.consume). */

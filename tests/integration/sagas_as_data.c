@@ -85,7 +85,12 @@ static void defs_write(const char *name, const char *text)
 	fclose(f);
 }
 
-/* The orchestrator with stock-first registered (Charge's deadline deadline_ms), and the others. */
+#define ADMIN_BEARER "Authorization: Bearer sagas-as-data-admin"
+
+/*
+ * The orchestrator with stock-first registered (Charge's deadline
+ * deadline_ms) and its admin API open, and the others.
+ */
 static void start_with_definition(int deadline_ms, const char *const *payment_extra)
 {
 	char text[sizeof(stock_first) + 16], dir[300];
@@ -93,7 +98,7 @@ static void start_with_definition(int deadline_ms, const char *const *payment_ex
 	snprintf(text, sizeof(text), stock_first, deadline_ms);
 	defs_write("stock-first.json", text);
 	snprintf(dir, sizeof(dir), "SAGA_DEFINITIONS_DIR=%s", defs_dir);
-	const char *const extra[] = { dir, NULL };
+	const char *const extra[] = { dir, "ADMIN_TOKEN=sagas-as-data-admin", NULL };
 
 	env_start(&env, SVC_ORCH, extra);
 	env_start(&env, SVC_INV, NULL);
@@ -450,6 +455,62 @@ START_TEST(version_pinned_across_a_restart)
 END_TEST
 
 /*
+ * A saga this orchestrator started, then migrated to another version: its
+ * next event applies by the new one. The engine sends an event the plan of
+ * the definition it knows the saga by (saga_engine.c), here the version
+ * the saga left; saga_advance answers no_plan naming the saga's own, and
+ * the engine plans again by that.
+ */
+START_TEST(migrated_saga_moves_by_its_new_version)
+{
+	static const char *const failing[] = { "FAULT_FAIL_RATE=1", NULL };
+	char saga[UUID_STR_LEN], text[sizeof(stock_first) + 16], body[160], *h;
+	const char *const admin[] = { ADMIN_BEARER, NULL };
+	struct http_resp r;
+
+	start_with_definition(60000, failing);
+	start_saga("stock-first", body_ok, saga);
+	ck_assert(wait_state(saga, "PendingCharge"));
+
+	/* version 3, the same steps, registered through the admin API (no restart) */
+	snprintf(text, sizeof(text), stock_first, 60000);
+	char *v = strstr(text, "\"version\": 1");
+
+	ck_assert_ptr_nonnull(v);
+	v[strlen("\"version\": ")] = '3';
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST", "/admin/api/definitions", admin, text,
+				 (size_t)-1, &r),
+			 0);
+	ck_assert_msg(r.status == 201, "register: %d %s", r.status, r.body);
+	http_resp_free(&r);
+	snprintf(body, sizeof(body), "{\"fromVersion\":1,\"toVersion\":3,\"sagaIds\":[\"%s\"]}",
+		 saga);
+	ck_assert_int_eq(http_do(env.port[SVC_ORCH], "POST",
+				 "/admin/api/definitions/stock-first/migrate", admin, body, (size_t)-1,
+				 &r),
+			 0);
+	ck_assert_msg(r.status == 200 && strstr(r.body, "\"migrated\":1"), "migrate: %d %s",
+		      r.status, r.body);
+	http_resp_free(&r);
+
+	/* the payment goes through: its event finds the saga in version 3 */
+	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
+				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
+			 200);
+	http_resp_free(&r);
+	ck_assert(wait_state(saga, "Completed"));
+	struct json_object *o = get_saga(saga);
+
+	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 3);
+	json_object_put(o);
+	h = history_of(saga);
+	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
+			    "|PendingCharge>PendingCharge:Migrated|PendingCharge>Completed:PaymentSucceeded");
+	free(h);
+}
+END_TEST
+
+/*
  * Runs the orchestrator with file (text) in its definitions directory until
  * it exits (20 s at most); its exit status, its output in log.
  */
@@ -536,6 +597,7 @@ Suite *sagas_as_data_suite(void)
 	tcase_add_test(tc, event_of_no_definition_is_404);
 	tcase_add_test(tc, bad_definition_file_stops_the_start);
 	tcase_add_test(tc, version_pinned_across_a_restart);
+	tcase_add_test(tc, migrated_saga_moves_by_its_new_version);
 	suite_add_tcase(s, tc);
 	return s;
 }
