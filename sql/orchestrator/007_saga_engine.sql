@@ -19,8 +19,9 @@ COMMENT ON FUNCTION saga_input(saga_instances) IS 'The saga''s input: `input`, o
 
 -- One transition of a saga of any definition, in one round trip.
 --
--- The caller cannot know the saga's definition before reading it, so it
--- sends a plan for each definition version loaded in which the event acts
+-- An event does not name its saga's definition, so the caller sends the
+-- plan of the definition it knows the saga by (saga_engine.c), else a plan
+-- for each definition version loaded in which the event acts
 -- (saga_machine_expected: the one position where it does), keyed
 -- "<name>/<version>":
 --   {"from", "undo", "to", "newUndo", "cause", "deadlineMs",
