@@ -148,6 +148,27 @@ static struct json_object *get_saga(const char *saga)
 }
 
 /* The saga's history as "from>to:cause|..." (creation: ">to:cause"). */
+/* The version of the definition a saga runs, as GET /sagas/{id} says. */
+static int definition_version(const char *saga)
+{
+	struct json_object *o = get_saga(saga);
+	int v = json_object_get_int(jget(jget(o, "definition"), "version"));
+
+	json_object_put(o);
+	return v;
+}
+
+/* Payment's injected faults off: its commands go through from now on. */
+static void payment_faults_off(void)
+{
+	struct http_resp r;
+
+	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
+				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
+			 200);
+	http_resp_free(&r);
+}
+
 static char *history_of(const char *saga)
 {
 	return env_sqlf(&env,
@@ -430,18 +451,11 @@ START_TEST(version_pinned_across_a_restart)
 	json_object_put(o);
 	http_resp_free(&r);
 
-	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
-				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
-			 200);
-	http_resp_free(&r);
+	payment_faults_off();
 	ck_assert(wait_state(held, "Completed"));
 	ck_assert(wait_state(fresh, "Completed"));
-	o = get_saga(held);
-	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 1);
-	json_object_put(o);
-	o = get_saga(fresh);
-	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 2);
-	json_object_put(o);
+	ck_assert_int_eq(definition_version(held), 1);
+	ck_assert_int_eq(definition_version(fresh), 2);
 	/* each ran its own version's steps: the charge ended the first, began the second */
 	h = history_of(held);
 	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
@@ -494,15 +508,9 @@ START_TEST(migrated_saga_moves_by_its_new_version)
 	http_resp_free(&r);
 
 	/* the payment goes through: its event finds the saga in version 3 */
-	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
-				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
-			 200);
-	http_resp_free(&r);
+	payment_faults_off();
 	ck_assert(wait_state(saga, "Completed"));
-	struct json_object *o = get_saga(saga);
-
-	ck_assert_int_eq(json_object_get_int(jget(jget(o, "definition"), "version")), 3);
-	json_object_put(o);
+	ck_assert_int_eq(definition_version(saga), 3);
 	h = history_of(saga);
 	ck_assert_str_eq(h, ">PendingStock:SagaStarted|PendingStock>PendingCharge:InventoryReserved"
 			    "|PendingCharge>PendingCharge:Migrated|PendingCharge>Completed:PaymentSucceeded");
