@@ -6,8 +6,10 @@ built and run by a real Docker engine, and the README's tour run against it.
    root) and stopped again by its pid at the end.
 2. The base images (debian:bookworm[-slim], postgres:15-bookworm): when one
    is missing, built by ../shared/tools/docker-standin/build.sh where that
-   folder is beside the project (no registry is reachable on the project's
-   machines), else `docker pull`. SAGA_DOCKER_STANDIN names another folder.
+   folder is beside the project, or beside the repository this checkout was
+   cloned from when that is a folder on this machine (CI's clone; no
+   registry is reachable on the project's machines), else `docker pull`.
+   SAGA_DOCKER_STANDIN names another folder.
 3. `docker compose up --build -d` (the v2 plugin, else Debian's
    `docker-compose` v1) under a project name of this run's own, with the
    orchestrator published on a free port (ORCHESTRATOR_PORT); every
@@ -97,8 +99,7 @@ PROJECT = "pgsagatest%d" % os.getpid()
 BASE_IMAGES = ("debian:bookworm", "debian:bookworm-slim", "postgres:15-bookworm")
 RABBITMQ_IMAGE = "rabbitmq:3.10-management"
 BUILD_STAGE_LABEL = "label=org.pgsaga.stage=build"  # the Dockerfile's LABEL
-STANDIN = os.environ.get("SAGA_DOCKER_STANDIN") or os.path.join(
-    SRC, "..", "shared", "tools", "docker-standin")
+STANDIN_BESIDE = os.path.join("..", "shared", "tools", "docker-standin")
 SERVICE_IMAGE = "pgsaga:local"
 # the three services and shipping (saga-participant, sql/shipping/)
 SAGA_SERVICES = ("orchestrator", "payment", "inventory", "shipping")
@@ -187,12 +188,26 @@ def prune_build_stages(keep=2):
         run(["docker", "rmi"] + [line.split("\t")[1] for line in old], 120)
 
 
+def standin_build():
+    """The stand-in builder's build.sh (README, step 2), or None."""
+    if os.environ.get("SAGA_DOCKER_STANDIN"):
+        dirs = [os.environ["SAGA_DOCKER_STANDIN"]]
+    else:
+        dirs = [os.path.join(SRC, STANDIN_BESIDE)]
+        origin = subprocess.run(["git", "-C", SRC, "remote", "get-url", "origin"],
+                                capture_output=True, text=True).stdout.strip()
+        if os.path.isdir(origin):
+            dirs.append(os.path.join(origin, STANDIN_BESIDE))
+    return next((os.path.join(d, "build.sh") for d in dirs
+                 if os.path.isfile(os.path.join(d, "build.sh"))), None)
+
+
 def ensure_base_images(images):
     missing = [i for i in images if image_id(i) is None]
     if not missing:
         return
-    build = os.path.join(STANDIN, "build.sh")
-    if os.path.isfile(build):
+    build = standin_build()
+    if build:
         log("missing %s: building them with %s" % (missing, build))
         must(["bash", build], 1200)
     else:

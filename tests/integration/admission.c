@@ -44,16 +44,6 @@ static void assert_refused(const char *key, const char *body)
 	http_resp_free(&r);
 }
 
-static void payment_faults_off(void)
-{
-	struct http_resp r;
-
-	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
-				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
-			 200);
-	http_resp_free(&r);
-}
-
 START_TEST(refused_start_stores_nothing)
 {
 	const char *first = "{\"customerId\":\"c-1\",\"itemId\":\"A001\",\"qty\":1,\"amount\":100}";
@@ -116,7 +106,7 @@ START_TEST(refused_start_stores_nothing)
 	ck_assert(metrics_read_series(env.port[SVC_ORCH], "saga_admission_limit") == 1);
 
 	/* the saga in flight ends: the refused request is accepted, as new */
-	payment_faults_off();
+	faults_off(SVC_PAY);
 	ck_assert(wait_state(saga, "Completed"));
 	ck_assert_int_eq(env_post_order(&env, "adm-2", second, &b), 201);
 	ob = parse_body(&b);
@@ -151,7 +141,7 @@ START_TEST(accepted_work_is_never_refused)
 	/* inventory rejects: the saga compensates, its refund waiting on payment */
 	ck_assert(wait_state(saga, "Compensating"));
 	assert_refused("adm-3", order); /* still in flight */
-	payment_faults_off();
+	faults_off(SVC_PAY);
 	ck_assert(wait_state(saga, "Compensated"));
 
 	/* every event the peers sent the orchestrator went through at its first try */

@@ -68,7 +68,6 @@ START_TEST(outbox_redelivery)
 {
 	char sagas[5][UUID_STR_LEN];
 	const char *const failing[] = { "FAULT_FAIL_RATE=1", NULL };
-	struct http_resp r;
 
 	/*
 	 * payment stopped: commands wait in the outbox, attempts counted (the
@@ -104,10 +103,7 @@ START_TEST(outbox_redelivery)
 		ck_assert(env_wait_sql(&env, sql, want, WAIT_MS));
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.payments", 0, NULL), 0);
 	/* faults off at run time: everything completes */
-	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
-				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
-			 200);
-	http_resp_free(&r);
+	faults_off(SVC_PAY);
 	for (int i = 0; i < 5; i++)
 		ck_assert(wait_state(sagas[i], "Completed"));
 	ck_assert_int_eq(env_sql_ll(&env, "SELECT count(*) FROM payment.payments", 0, NULL), 5);

@@ -158,17 +158,6 @@ static int definition_version(const char *saga)
 	return v;
 }
 
-/* Payment's injected faults off: its commands go through from now on. */
-static void payment_faults_off(void)
-{
-	struct http_resp r;
-
-	ck_assert_int_eq(post_internal(SVC_PAY, "/admin/faults",
-				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
-			 200);
-	http_resp_free(&r);
-}
-
 static char *history_of(const char *saga)
 {
 	return env_sqlf(&env,
@@ -451,7 +440,7 @@ START_TEST(version_pinned_across_a_restart)
 	json_object_put(o);
 	http_resp_free(&r);
 
-	payment_faults_off();
+	faults_off(SVC_PAY);
 	ck_assert(wait_state(held, "Completed"));
 	ck_assert(wait_state(fresh, "Completed"));
 	ck_assert_int_eq(definition_version(held), 1);
@@ -508,7 +497,7 @@ START_TEST(migrated_saga_moves_by_its_new_version)
 	http_resp_free(&r);
 
 	/* the payment goes through: its event finds the saga in version 3 */
-	payment_faults_off();
+	faults_off(SVC_PAY);
 	ck_assert(wait_state(saga, "Completed"));
 	ck_assert_int_eq(definition_version(saga), 3);
 	h = history_of(saga);

@@ -71,6 +71,16 @@ int post_internal(enum svc s, const char *path, const char *body, struct http_re
 	return r->status;
 }
 
+void faults_off(enum svc s)
+{
+	struct http_resp r;
+
+	ck_assert_int_eq(post_internal(s, "/admin/faults",
+				       "{\"failRate\":0,\"delayMs\":0,\"dropResponseRate\":0}", &r),
+			 200);
+	http_resp_free(&r);
+}
+
 int free_port(void)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };

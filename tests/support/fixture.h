@@ -35,6 +35,8 @@ const char *internal_auth(void);
 const char *const *internal_headers(void);
 /* POSTs body to path on service s with that header; returns the status. */
 int post_internal(enum svc s, const char *path, const char *body, struct http_resp *r);
+/* Service s's injected faults off (POST /admin/faults): its work goes through from now on. */
+void faults_off(enum svc s);
 
 /* A loopback TCP port that was free a moment ago. */
 int free_port(void);
