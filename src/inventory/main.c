@@ -10,7 +10,6 @@
 #include "command.h"
 #include "jsonx.h"
 
-static struct service service;
 
 static const char *reserve_fields(const struct command_type *type, struct json_object *obj,
 				  const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32])
@@ -38,20 +37,6 @@ static const struct command_type commands[] = {
 	{ "ReleaseInventoryCommand", "SELECT * FROM handle_release($1, $2, $3, $4::int)", 0, no_fields },
 };
 
-static void post_command(struct evhttp_request *req, void *svc, const char *tail)
-{
-	command_handle(&service, commands, sizeof(commands) / sizeof(commands[0]), inmsg_http(req), tail);
-}
-
-static void consume(struct inmsg m, const char *type)
-{
-	command_handle(&service, commands, sizeof(commands) / sizeof(commands[0]), m, type);
-}
-
-static const struct httpd_route routes[] = {
-	{ "POST", "/commands/", true, post_command, "/commands/{type}" },
-};
-
 /* The admin API's part of a saga here: its messages and its reservation row. */
 static const struct admin_spec admin = {
 	.saga_row = "reservation",
@@ -62,32 +47,18 @@ static const struct admin_spec admin = {
 		"           FROM reservations r WHERE r.saga_id = $1))::text",
 };
 
-static const struct service_peer_spec peers[] = {
-	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
-};
-
 int main(int argc, char **argv)
 {
-	const struct service_spec spec = {
+	struct service_spec spec = {
 		.service = "inventory",
 		.about = "the inventory service: POST /commands/{ReserveInventoryCommand,"
 			 "ReleaseInventoryCommand}",
 		.default_addr = "127.0.0.1:8082",
 		.migrations = migrations_inventory,
 		.nmigrations = migrations_inventory_count,
-		.routes = routes,
-		.nroutes = sizeof(routes) / sizeof(routes[0]),
-		.peers = peers,
-		.npeers = sizeof(peers) / sizeof(peers[0]),
 		.admin = &admin,
-		.faults = true,
-		.consume = consume,
 	};
-	bool done;
-	int rc = service_init(&service, &spec, argc, argv, &done);
 
-	if (rc == 0 && !done)
-		rc = service_run(&service);
-	service_free(&service);
-	return rc;
+	return command_main(&spec, commands, sizeof(commands) / sizeof(commands[0]), NULL, argc,
+			    argv);
 }

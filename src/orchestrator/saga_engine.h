@@ -42,10 +42,10 @@ struct service;
 void saga_engine_open(struct service *service, struct admission *adm, int64_t step_timeout_ms);
 void saga_engine_close(void);
 
-/* saga_transitions_total{from,to}; orders.c counts a saga's creation in it. */
-
 /* A saga of d was created (orders.c): its events will carry d's plan only. */
 void saga_engine_started(const char *saga_id, const struct saga_def *d);
+
+/* saga_transitions_total{from,to}; orders.c counts a saga's creation in it. */
 struct metric_family *saga_transitions_metric(void);
 
 /* An event, over HTTP or from the broker (service_spec.consume). */

@@ -17,7 +17,6 @@
 #include "service.h"
 #include "steps.h"
 
-static struct service service;
 static struct steps steps;
 /* each step's command, then its compensation */
 static struct command_type types[2 * STEPS_MAX];
@@ -57,20 +56,6 @@ static const char *compensation_fields(const struct command_type *type, struct j
 	return NULL;
 }
 
-static void post_command(struct evhttp_request *req, void *svc, const char *tail)
-{
-	command_handle(&service, types, ntypes, inmsg_http(req), tail);
-}
-
-static void consume(struct inmsg m, const char *type)
-{
-	command_handle(&service, types, ntypes, m, type);
-}
-
-static const struct httpd_route routes[] = {
-	{ "POST", "/commands/", true, post_command, "/commands/{type}" },
-};
-
 static const struct envcfg_var vars[] = {
 	{ "PARTICIPANT_NAME", ENVCFG_STRING, &name_setting, NULL, 0, 0,
 	  "this participant's name, 1-58 of a-z0-9_: its schema (where its functions are), its "
@@ -94,10 +79,6 @@ static const struct admin_spec admin = {
 		"                'createdAt', rfc3339(s.created_at), 'updatedAt', rfc3339(s.updated_at))"
 		"                ORDER BY s.created_at)"
 		"           FROM participant_steps s WHERE s.saga_id = $1))::text",
-};
-
-static const struct service_peer_spec peers[] = {
-	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
 };
 
 static bool asks_for_help(int argc, char **argv)
@@ -144,6 +125,19 @@ static int read_steps(const char **name)
 	return 0;
 }
 
+/* Refuses to serve commands no function can run. */
+static int check_functions(struct service *service)
+{
+	char err[1024];
+
+	if (functions_check(service->database_url, service->spec->service, &steps, err,
+			    sizeof(err)) == 0)
+		return 0;
+	err[strcspn(err, "\n")] = '\0';
+	fprintf(stderr, "saga-%s: PARTICIPANT_COMMANDS: %s\n", service->spec->service, err);
+	return 2;
+}
+
 int main(int argc, char **argv)
 {
 	struct service_spec spec = {
@@ -155,31 +149,10 @@ int main(int argc, char **argv)
 		.nmigrations = migrations_participant_count,
 		.vars = vars,
 		.nvars = sizeof(vars) / sizeof(vars[0]),
-		.routes = routes,
-		.nroutes = sizeof(routes) / sizeof(routes[0]),
-		.peers = peers,
-		.npeers = sizeof(peers) / sizeof(peers[0]),
 		.admin = &admin,
-		.faults = true,
-		.consume = consume,
 	};
-	char err[1024];
-	bool done = false;
-	int rc;
 
 	if (!asks_for_help(argc, argv) && read_steps(&spec.service) != 0)
 		return 2;
-	rc = service_init(&service, &spec, argc, argv, &done);
-	if (rc == 0 && !done) {
-		/* refuse to serve commands no function can run */
-		if (functions_check(service.database_url, spec.service, &steps, err, sizeof(err)) != 0) {
-			err[strcspn(err, "\n")] = '\0';
-			fprintf(stderr, "saga-%s: PARTICIPANT_COMMANDS: %s\n", spec.service, err);
-			rc = 2;
-		} else {
-			rc = service_run(&service);
-		}
-	}
-	service_free(&service);
-	return rc;
+	return command_main(&spec, types, ntypes, check_functions, argc, argv);
 }

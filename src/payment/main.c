@@ -10,7 +10,6 @@
 #include "command.h"
 #include "jsonx.h"
 
-static struct service service;
 static int64_t default_credit;
 
 static const char *pay_fields(const struct command_type *type, struct json_object *obj,
@@ -41,20 +40,6 @@ static const struct command_type commands[] = {
 	{ "RefundPaymentCommand", "SELECT * FROM handle_refund($1, $2, $3, $4::int)", 0, no_fields },
 };
 
-static void post_command(struct evhttp_request *req, void *svc, const char *tail)
-{
-	command_handle(&service, commands, sizeof(commands) / sizeof(commands[0]), inmsg_http(req), tail);
-}
-
-static void consume(struct inmsg m, const char *type)
-{
-	command_handle(&service, commands, sizeof(commands) / sizeof(commands[0]), m, type);
-}
-
-static const struct httpd_route routes[] = {
-	{ "POST", "/commands/", true, post_command, "/commands/{type}" },
-};
-
 static const struct envcfg_var vars[] = {
 	{ "PAYMENT_DEFAULT_CREDIT", ENVCFG_INT, &default_credit, "1000000", 0,
 	  1000000000000000LL, "balance (minor units) of an account the first time it pays" },
@@ -70,13 +55,9 @@ static const struct admin_spec admin = {
 		"           FROM payments r WHERE r.saga_id = $1))::text",
 };
 
-static const struct service_peer_spec peers[] = {
-	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
-};
-
 int main(int argc, char **argv)
 {
-	const struct service_spec spec = {
+	struct service_spec spec = {
 		.service = "payment",
 		.about = "the payment service: POST /commands/{PayCommand,RefundPaymentCommand}",
 		.default_addr = "127.0.0.1:8081",
@@ -84,19 +65,9 @@ int main(int argc, char **argv)
 		.nmigrations = migrations_payment_count,
 		.vars = vars,
 		.nvars = sizeof(vars) / sizeof(vars[0]),
-		.routes = routes,
-		.nroutes = sizeof(routes) / sizeof(routes[0]),
-		.peers = peers,
-		.npeers = sizeof(peers) / sizeof(peers[0]),
 		.admin = &admin,
-		.faults = true,
-		.consume = consume,
 	};
-	bool done;
-	int rc = service_init(&service, &spec, argc, argv, &done);
 
-	if (rc == 0 && !done)
-		rc = service_run(&service);
-	service_free(&service);
-	return rc;
+	return command_main(&spec, commands, sizeof(commands) / sizeof(commands[0]), NULL, argc,
+			    argv);
 }

@@ -15,7 +15,8 @@
 #include "traceparent.h"
 #include "uuid.h"
 
-/* The table is found again after a fault delay through this. */
+/* The participant this process is (command_main). */
+static struct service participant;
 static const struct command_type *registered;
 static size_t nregistered;
 
@@ -147,20 +148,54 @@ static void run(struct inmsg m, struct service *service, const char *tail)
 	json_object_put(obj);
 }
 
-void command_handle(struct service *service, const struct command_type *types, size_t ntypes,
-		    struct inmsg m, const char *tail)
+/* A command of type tail (the {Type} of its path, or the broker's type). */
+static void command_handle(struct inmsg m, const char *tail)
 {
 	bool known = false;
 
-	registered = types;
-	nregistered = ntypes;
-	for (size_t i = 0; i < ntypes; i++)
-		known |= strcmp(types[i].name, tail) == 0;
+	for (size_t i = 0; i < nregistered; i++)
+		known |= strcmp(registered[i].name, tail) == 0;
 	if (!known) {
 		inmsg_error(m, 404, "unknown_type", "unknown command type");
 		return;
 	}
-	if (service_fault_gate(service, m, tail, run))
+	if (service_fault_gate(&participant, m, tail, run))
 		return;
-	run(m, service, tail);
+	run(m, &participant, tail);
+}
+
+static void post_command(struct evhttp_request *req, void *svc, const char *tail)
+{
+	command_handle(inmsg_http(req), tail);
+}
+
+static const struct httpd_route routes[] = {
+	{ "POST", "/commands/", true, post_command, "/commands/{type}" },
+};
+
+static const struct service_peer_spec peers[] = {
+	{ "orchestrator", "ORCHESTRATOR_URL", "http://127.0.0.1:8080" },
+};
+
+int command_main(struct service_spec *spec, const struct command_type *types, size_t ntypes,
+		 int (*ready)(struct service *service), int argc, char **argv)
+{
+	bool done = false;
+	int rc;
+
+	registered = types;
+	nregistered = ntypes;
+	spec->routes = routes;
+	spec->nroutes = sizeof(routes) / sizeof(routes[0]);
+	spec->peers = peers;
+	spec->npeers = sizeof(peers) / sizeof(peers[0]);
+	spec->faults = true;
+	spec->consume = command_handle;
+	rc = service_init(&participant, spec, argc, argv, &done);
+	if (rc == 0 && !done && ready)
+		rc = ready(&participant);
+	if (rc == 0 && !done)
+		rc = service_run(&participant);
+	service_free(&participant);
+	return rc;
 }

@@ -1,8 +1,8 @@
 /*
- * command: the receiving side of a command, shared by payment and inventory,
- * whether it came as POST /commands/{Type} (token already checked by httpd)
- * or as an AMQP delivery (transport.h). First fault injection, then
- * the body: commandId and sagaId (UUIDs) plus the type's own fields; then
+ * command: a participant service around its command types, the one main of
+ * saga-payment, saga-inventory and saga-participant. A command comes as
+ * POST /commands/{Type} (token already checked by httpd) or as an AMQP
+ * delivery (transport.h). First fault injection, then the body: commandId and sagaId (UUIDs) plus the type's own fields; then
  * one call of the type's SQL function, which records the command in the
  * inbox, does the effect and writes the answering event to the outbox in
  * one transaction, claimed for the lease; the event is then sent at once
@@ -21,6 +21,7 @@
 #include "transport.h"
 
 struct service;
+struct service_spec;
 
 #define COMMAND_MAX_EXTRA 6
 
@@ -57,8 +58,15 @@ struct command_type {
 	const char *key_field;
 };
 
-/* Handles one command of type tail (the {Type} part of the path). */
-void command_handle(struct service *service, const struct command_type *types, size_t ntypes,
-		    struct inmsg m, const char *tail);
+/*
+ * Runs the participant: spec says what it is (name, settings, migrations,
+ * admin part); its routes (POST /commands/{Type}), its broker consumer, its
+ * peer (the orchestrator, ORCHESTRATOR_URL, where its events go) and fault
+ * injection are these. ready, when set, runs once the service is set up
+ * and before it serves (a non-zero return ends it with that status).
+ * Returns the process's exit status.
+ */
+int command_main(struct service_spec *spec, const struct command_type *types, size_t ntypes,
+		 int (*ready)(struct service *service), int argc, char **argv);
 
 #endif
