@@ -10,7 +10,6 @@
 #include "command.h"
 #include "jsonx.h"
 
-
 static const char *reserve_fields(const struct command_type *type, struct json_object *obj,
 				  const char *extra[COMMAND_MAX_EXTRA], char buf[COMMAND_MAX_EXTRA][32])
 {

@@ -147,7 +147,6 @@ static struct json_object *get_saga(const char *saga)
 	return o;
 }
 
-/* The saga's history as "from>to:cause|..." (creation: ">to:cause"). */
 /* The version of the definition a saga runs, as GET /sagas/{id} says. */
 static int definition_version(const char *saga)
 {
@@ -158,6 +157,7 @@ static int definition_version(const char *saga)
 	return v;
 }
 
+/* The saga's history as "from>to:cause|..." (creation: ">to:cause"). */
 static char *history_of(const char *saga)
 {
 	return env_sqlf(&env,

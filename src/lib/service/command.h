@@ -2,11 +2,11 @@
  * command: a participant service around its command types, the one main of
  * saga-payment, saga-inventory and saga-participant. A command comes as
  * POST /commands/{Type} (token already checked by httpd) or as an AMQP
- * delivery (transport.h). First fault injection, then the body: commandId and sagaId (UUIDs) plus the type's own fields; then
- * one call of the type's SQL function, which records the command in the
- * inbox, does the effect and writes the answering event to the outbox in
- * one transaction, claimed for the lease; the event is then sent at once
- * (outbox_send). A function that raises SQLSTATE COMMAND_SQLSTATE_INVALID
+ * delivery (transport.h). First fault injection, then the body: commandId
+ * and sagaId (UUIDs) plus the type's own fields; then one call of the
+ * type's SQL function, which records the command in the inbox, does the
+ * effect and writes the answering event to the outbox in one transaction,
+ * claimed for the lease; the event is then sent at once (outbox_send). A function that raises SQLSTATE COMMAND_SQLSTATE_INVALID
  * refuses the command as malformed: 400 invalid_field, its message naming
  * the field, nothing committed (the generic participant's fields are read
  * in SQL).
