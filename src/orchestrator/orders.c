@@ -54,8 +54,8 @@ static struct {
  * first history row and its first command (its body from saga_first_body:
  * built here from the input in hand, it spares the statement a PL/pgSQL
  * call and two JSON parameters, and is sent from here once committed, as
- * 1.0 did; later commands get theirs from saga_advance,
- * sql/orchestrator/007, which has the steps' outputs). ON CONFLICT DO UPDATE (not
+ * 1.0 did; later commands get theirs from saga_step,
+ * sql/orchestrator/010, which has the steps' outputs). ON CONFLICT DO UPDATE (not
  * DO NOTHING) so that a concurrent request with the same key waits for the
  * first to commit and then gets its row back: DO NOTHING would return
  * nothing, and a second SELECT in the same statement could not see a row

@@ -32,25 +32,48 @@ static struct {
 	int64_t reloaded_at;
 } E;
 
-/* See saga_advance in sql/orchestrator/007_saga_engine.sql. */
-static const char advance_sql[] =
-	"SELECT * FROM saga_advance($1, $2, $3::jsonb, $4::jsonb, $5::int)";
+/* See saga_step in sql/orchestrator/010_saga_step.sql. */
+#define STEP_ARGS                                                                              \
+	"$1, $2, $3, $4::int, $5, $6, $7, $8, $9, $10::bigint, $11, $12::jsonb, $13, $14, $15,"   \
+	" $16::text[], $17::text[], $18::text[], $19, $20, $21, $22, $23, $24::int"
+#define STEP_PARAMS 24
+
+static const char step_sql[] = "SELECT * FROM saga_step(" STEP_ARGS ")";
 
 /* The same, for a cancellation: its reason is written in the same transaction. */
 static const char cancel_sql[] =
-	"WITH a AS (SELECT * FROM saga_advance($1, $2, $3::jsonb, $4::jsonb, $5::int)),"
+	"WITH a AS (SELECT * FROM saga_step(" STEP_ARGS ")),"
 	" c AS (INSERT INTO saga_cancellations (saga_id, reason)"
-	"       SELECT $2, $6 FROM a WHERE a.result = 'applied')"
+	"       SELECT $2, $25 FROM a WHERE a.result = 'applied')"
 	"SELECT * FROM a";
 
-/* saga_advance's columns */
-enum { C_RESULT, C_STATE, C_COMP, C_DEF, C_DEFV, C_FROM, C_TO, C_ENDING, C_OUT_ID, C_OUT_DEST,
-       C_OUT_TYPE, C_PAYLOAD, C_TRACE, C_MISSING };
+/* saga_step's columns */
+enum { C_RESULT, C_STATE, C_COMP, C_DEF, C_DEFV, C_PAYLOAD, C_TRACE, C_MISSING };
 
 /*
- * One event, deadline or cancellation applied to one saga: its plans (see
- * saga_engine.h) go with the read, and saga_advance writes the saga's own
- * only if the saga is still where the plan starts, guarded by its version.
+ * What saga_step is asked to do (the plan of one definition, see
+ * saga_engine.h): its parameters as text, pointing into the definition
+ * (the registry only grows) or into the plan itself.
+ */
+struct plan {
+	const struct saga_def *def;
+	char version[12];
+	const char *from, *undo, *to, *new_undo, *cause;
+	char deadline_ms[24];  /* "" for none */
+	const char *step;      /* the step a succeeded event's output is kept under */
+	char out_id[UUID_STR_LEN];
+	const struct saga_step_def *out_step; /* whose command (with fields) is sent, or NULL */
+	const char *out_dest, *out_type;
+	char *fields, *field_steps, *input_drop; /* text[] literals (malloc'd), see plan_fields */
+	const char *alt_to, *alt_new_undo, *alt_cause, *alt_dest, *alt_type;
+	bool ends, alt_ends; /* the move, the alternative move end the saga */
+};
+
+/*
+ * One event, deadline or cancellation applied to one saga: its plan (see
+ * saga_engine.h) goes with the read, and saga_step applies it only if the
+ * saga runs that definition and is still where the plan starts, guarded by
+ * its version.
  */
 struct transition {
 	enum saga_trigger trigger;
@@ -59,7 +82,7 @@ struct transition {
 	char saga_id[UUID_STR_LEN];
 	const struct saga_def *def; /* deadline, cancel: the saga's, as read */
 	struct saga_pos from;       /* deadline, cancel: where it was read */
-	char *plans;                /* JSON text */
+	struct plan plan;
 	char *output;               /* the event's output (JSON text) or NULL */
 	int tries;
 	bool reloaded;   /* the registry was read again for it */
@@ -79,15 +102,14 @@ static bool transition_plan(struct transition *t);
 
 /*
  * The definition of each saga this orchestrator started or moved, so that
- * an event for it carries the plan of the saga's own definition only, not
- * one for every definition loaded in which its type acts: the plans are
- * JSON the server parses at every call (31 us a saga when two definitions
- * share the order saga's events, and more with each definition that shares
- * them). Direct-mapped: a slot per hash of the saga's id, taken over by the
- * next saga that hashes there, cleared when the saga ends. A miss costs
- * what every event cost before, the plans of every definition; a stale
- * entry (the saga migrated to another version meanwhile) one more round
- * trip: saga_advance answers no_plan and names the saga's definition.
+ * an event for it carries the plan of the saga's own definition. An event
+ * names its saga, not the saga's definition; without an entry, the plan is
+ * for the first definition loaded in which the event's type acts, and when
+ * the saga runs another, saga_step answers no_plan naming the saga's: one
+ * more round trip, for a saga another orchestrator started or one that
+ * migrated meanwhile. Direct-mapped: a slot per hash of the saga's id,
+ * taken over by the next saga that hashes there, cleared when the saga
+ * ends.
  */
 #define KNOWN_SLOTS 4096 /* a power of two; 48 bytes each */
 
@@ -144,29 +166,6 @@ static void add(struct json_object *o, const char *key, struct json_object *v)
 		abort();
 }
 
-static struct json_object *str_or_null(const char *s)
-{
-	return s ? json_object_new_string(s) : NULL;
-}
-
-static struct json_object *fields_of(const struct saga_def *d, int step)
-{
-	const struct saga_step_def *s = &d->steps[step];
-	struct json_object *a = json_object_new_array();
-
-	for (size_t i = 0; i < s->n_fields; i++) {
-		const struct saga_field_ref *f = &s->fields[i];
-		struct json_object *e = json_object_new_array();
-
-		json_object_array_add(e, json_object_new_string(f->name));
-		json_object_array_add(e, f->step >= 0 ? json_object_new_string(d->steps[f->step].name)
-						      : NULL);
-		json_object_array_add(e, json_object_new_string(f->ref));
-		json_object_array_add(a, e);
-	}
-	return a;
-}
-
 char *saga_first_body(const struct saga_def *d, struct json_object *input, const char *cmd_id,
 		      const char *saga_id)
 {
@@ -186,140 +185,166 @@ char *saga_first_body(const struct saga_def *d, struct json_object *input, const
 	return text;
 }
 
-/* The message a move sends, or NULL. */
-static struct json_object *out_of(const struct saga_def *d, const struct saga_move *mv,
-				  const char *cmd_id)
-{
-	struct json_object *o;
-
-	if (mv->action == SAGA_SEND_NONE)
-		return NULL;
-	o = json_object_new_object();
-	add(o, "id", json_object_new_string(cmd_id));
-	add(o, "dest", json_object_new_string(mv->participant));
-	add(o, "type", json_object_new_string(mv->message));
-	add(o, "fields", mv->action == SAGA_SEND_COMMAND ? fields_of(d, mv->action_step)
-							  : json_object_new_array());
-	return o;
-}
-
 static bool terminal(struct saga_pos p)
 {
 	return p.phase != SAGA_RUNNING && p.phase != SAGA_UNDOING;
 }
 
 /*
- * What trigger does to a saga of d at from, as saga_advance reads a plan;
- * NULL when it does nothing there (*why says why). *ends: the plan ends
- * the saga.
+ * Appends s to the text[] literal *a ("{" to start with), quoted, or NULL
+ * for s NULL; "}" closes it. Names are words (saga_def.c): nothing to escape.
  */
-static struct json_object *plan_of(const struct saga_def *d, struct saga_pos from,
-				   enum saga_trigger trigger, const char *type, const char *cmd_id,
-				   bool *ends, const char **why)
+static void array_add(char **a, const char *s)
 {
-	struct saga_move mv, alt;
-	struct json_object *p;
-	bool uses_outputs = false;
+	size_t len = strlen(*a), cap = len + (s ? strlen(s) : 4) + 4;
+	char *b = realloc(*a, cap);
 
-	if (!saga_machine_next(d, from, trigger, type, &mv, why))
-		return NULL;
-	p = json_object_new_object();
-	add(p, "from", json_object_new_string(saga_machine_state(d, from)));
-	add(p, "undo", str_or_null(saga_machine_compensation(d, from)));
-	add(p, "to", json_object_new_string(mv.to_state));
-	add(p, "newUndo", str_or_null(mv.compensation));
-	add(p, "cause", json_object_new_string(mv.cause));
-	add(p, "deadlineMs",
-	    mv.deadline ? json_object_new_int64(saga_step_deadline_ms(d, mv.to.step)) : NULL);
-	/* a succeeded event's output is kept under its step's name */
-	add(p, "step",
-	    trigger == SAGA_ON_EVENT && from.phase == SAGA_RUNNING &&
-			    strcmp(type, d->steps[from.step].succeeded) == 0
-		    ? json_object_new_string(d->steps[from.step].name)
-		    : NULL);
-	add(p, "out", out_of(d, &mv, cmd_id));
-	*ends = terminal(mv.to);
-	if (mv.action == SAGA_SEND_COMMAND)
-		for (size_t i = 0; i < d->steps[mv.action_step].n_fields; i++)
-			uses_outputs |= d->steps[mv.action_step].fields[i].step >= 0;
-	/* a field from an output an event did not carry: the step fails (missing_field) */
-	if (uses_outputs &&
-	    saga_machine_next(d, mv.to, SAGA_ON_EVENT, d->steps[mv.to.step].failed, &alt, why)) {
-		struct json_object *a = json_object_new_object();
-
-		add(a, "to", json_object_new_string(alt.to_state));
-		add(a, "newUndo", str_or_null(alt.compensation));
-		add(a, "cause", json_object_new_string(alt.cause));
-		add(a, "out", out_of(d, &alt, cmd_id));
-		add(p, "alt", a);
-		*ends |= terminal(alt.to);
-	}
-	return p;
+	if (!b)
+		abort();
+	if (!s)
+		snprintf(b + len, cap - len, "%sNULL", len > 1 ? "," : "");
+	else if (strcmp(s, "}") == 0)
+		snprintf(b + len, cap - len, "}");
+	else
+		snprintf(b + len, cap - len, "%s\"%s\"", len > 1 ? "," : "", s);
+	*a = b;
 }
 
-static void plans_add(struct json_object *plans, const struct saga_def *d,
-		      struct json_object *plan)
+static char *array_new(void)
 {
-	char key[SAGA_DEF_NAME_MAX + 16];
+	char *a = strdup("{");
 
-	snprintf(key, sizeof(key), "%s/%d", d->name, (int)d->version);
-	add(plans, key, plan);
+	if (!a)
+		abort();
+	return a;
 }
 
 /*
- * The plans of t: for an event, its saga's definition's when known and the
- * type acts in it, else one per loaded definition in which the type acts;
- * for a deadline or a cancellation, the saga's definition's. False when
- * there is none.
+ * The body of the command of step (fields, field_steps, input_drop), as
+ * saga_step takes it: input_drop, the input fields the command does not
+ * carry, only when it carries input fields alone (the body is then the
+ * input less them, without a loop).
+ */
+static void plan_fields(struct plan *p, const struct saga_def *d, const struct saga_step_def *step)
+{
+	bool outputs = false;
+
+	p->fields = array_new();
+	p->field_steps = array_new();
+	for (size_t i = 0; i < step->n_fields; i++) {
+		const struct saga_field_ref *f = &step->fields[i];
+
+		array_add(&p->fields, f->name);
+		array_add(&p->field_steps, f->step < 0 ? NULL : d->steps[f->step].name);
+		outputs |= f->step >= 0;
+	}
+	array_add(&p->fields, "}");
+	array_add(&p->field_steps, "}");
+	if (outputs)
+		return;
+	p->input_drop = array_new();
+	for (size_t i = 0; i < d->n_input; i++) {
+		bool carried = false;
+
+		for (size_t k = 0; k < step->n_fields; k++)
+			carried |= strcmp(d->input[i].name, step->fields[k].name) == 0;
+		if (!carried)
+			array_add(&p->input_drop, d->input[i].name);
+	}
+	array_add(&p->input_drop, "}");
+}
+
+static void plan_clear(struct plan *p)
+{
+	free(p->fields);
+	free(p->field_steps);
+	free(p->input_drop);
+	memset(p, 0, sizeof(*p));
+}
+
+/*
+ * The plan of what trigger does to a saga of d at from (an event of type),
+ * as saga_step takes it; false when it does nothing there (*why says why).
+ */
+static bool plan_make(struct plan *p, const struct saga_def *d, struct saga_pos from,
+		      enum saga_trigger trigger, const char *type, const char **why)
+{
+	struct saga_move mv, alt;
+
+	plan_clear(p);
+	if (!saga_machine_next(d, from, trigger, type, &mv, why))
+		return false;
+	p->def = d;
+	snprintf(p->version, sizeof(p->version), "%d", (int)d->version);
+	p->from = saga_machine_state(d, from);
+	p->undo = saga_machine_compensation(d, from);
+	p->to = mv.to_state;
+	p->new_undo = mv.compensation;
+	p->cause = mv.cause;
+	if (mv.deadline)
+		snprintf(p->deadline_ms, sizeof(p->deadline_ms), "%lld",
+			 (long long)saga_step_deadline_ms(d, mv.to.step));
+	/* a succeeded event's output is kept under its step's name */
+	if (trigger == SAGA_ON_EVENT && from.phase == SAGA_RUNNING &&
+	    strcmp(type, d->steps[from.step].succeeded) == 0)
+		p->step = d->steps[from.step].name;
+	p->ends = terminal(mv.to);
+	if (mv.action == SAGA_SEND_NONE)
+		return true;
+	uuid_new_v7(p->out_id);
+	p->out_dest = mv.participant;
+	p->out_type = mv.message;
+	if (mv.action != SAGA_SEND_COMMAND)
+		return true;
+	p->out_step = &d->steps[mv.action_step];
+	plan_fields(p, d, p->out_step);
+	/* a field from an output an event did not carry: the step fails (missing_field) */
+	if (!p->input_drop &&
+	    saga_machine_next(d, mv.to, SAGA_ON_EVENT, d->steps[mv.to.step].failed, &alt, why)) {
+		p->alt_to = alt.to_state;
+		p->alt_new_undo = alt.compensation;
+		p->alt_cause = alt.cause;
+		p->alt_dest = alt.action == SAGA_SEND_NONE ? NULL : alt.participant;
+		p->alt_type = alt.action == SAGA_SEND_NONE ? NULL : alt.message;
+		p->alt_ends = terminal(alt.to);
+	}
+	return true;
+}
+
+/*
+ * The plan of t: for an event, with its saga's definition when known and
+ * the type acts in it, else with the first loaded definition in which the
+ * type acts; for a deadline or a cancellation, with the saga's definition.
+ * False when there is none.
  */
 static bool transition_plan(struct transition *t)
 {
-	struct json_object *plans = json_object_new_object();
-	char cmd_id[UUID_STR_LEN];
-	bool ends = false, any = false;
 	const char *why = NULL;
+	bool planned;
 
-	uuid_new_v7(cmd_id);
 	if (t->trigger == SAGA_ON_EVENT) {
-		const struct saga_def *own = known_def(t->saga_id);
+		const struct saga_def *d = known_def(t->saga_id);
 		struct saga_pos at;
 
-		if (own && !saga_machine_expected(own, t->type, &at))
-			own = NULL;
-		for (size_t i = 0; i < saga_registry_count(); i++) {
-			const struct saga_def *d = saga_registry_at(i);
-			struct json_object *p;
-			bool e = false;
-
-			if ((own && d != own) || !saga_machine_expected(d, t->type, &at))
-				continue;
-			p = plan_of(d, at, SAGA_ON_EVENT, t->type, cmd_id, &e, &why);
-			if (!p)
-				abort(); /* an event acts where saga_machine_expected says (unit-tested) */
-			plans_add(plans, d, p);
-			ends |= e;
-			any = true;
+		if (!d || !saga_machine_expected(d, t->type, &at)) {
+			d = NULL;
+			for (size_t i = 0; !d && i < saga_registry_count(); i++)
+				if (saga_machine_expected(saga_registry_at(i), t->type, &at))
+					d = saga_registry_at(i);
 		}
+		planned = d && plan_make(&t->plan, d, at, SAGA_ON_EVENT, t->type, &why);
+		if (d && !planned)
+			abort(); /* an event acts where saga_machine_expected says (unit-tested) */
 	} else {
-		struct json_object *p = plan_of(t->def, t->from, t->trigger, NULL, cmd_id, &ends, &why);
-
-		if (p) {
-			plans_add(plans, t->def, p);
-			any = true;
-		} else {
+		planned = plan_make(&t->plan, t->def, t->from, t->trigger, NULL, &why);
+		if (!planned)
 			t->why = why;
-		}
 	}
-	free(t->plans);
-	t->plans = strdup(json_object_to_json_string_ext(plans, JSON_C_TO_STRING_PLAIN));
-	if (!t->plans)
-		abort();
-	json_object_put(plans);
-	if (any && ends && !t->ending) {
+	if (planned && (t->plan.ends || t->plan.alt_ends) && !t->ending) {
 		t->ending = true;
 		admission_end_begin(E.adm);
 	}
-	return any;
+	return planned;
 }
 
 /* The outcome to its owner; a saga that ended leaves admission's count. */
@@ -416,55 +441,76 @@ static void transition_applied(void *arg, PGresult *res, const struct db_error *
 		return;
 	}
 
+	const struct plan *p = &t->plan;
 	const char *trace = db_val(res, 0, C_TRACE);
-	const char *from = PQgetvalue(res, 0, C_FROM), *to = PQgetvalue(res, 0, C_TO);
-	bool ended = PQgetvalue(res, 0, C_ENDING)[0] == 't';
+	const char *to = PQgetvalue(res, 0, C_STATE);
+	const char *missing = db_val(res, 0, C_MISSING);
+	bool ended = missing ? p->alt_ends : p->ends;
 	struct log_ctx lc = { .saga_id = t->saga_id,
 			      .message_id = t->event_id[0] ? t->event_id : NULL,
 			      .trace_id = trace };
 	char labels[192];
 
-	snprintf(labels, sizeof(labels), "from=\"%s\",to=\"%s\"", from, to);
+	snprintf(labels, sizeof(labels), "from=\"%s\",to=\"%s\"", p->from, to);
 	metrics_inc(E.transitions, labels, 1);
-	if (db_val(res, 0, C_MISSING))
-		LOG_AT(LOG_WARN, &lc, "%s -> %s on %s: %s is missing (missing_field)", from, to,
+	if (missing)
+		LOG_AT(LOG_WARN, &lc, "%s -> %s on %s: %s is missing (missing_field)", p->from, to,
 		       t->trigger == SAGA_ON_EVENT ? t->type : "a deadline",
-		       PQgetvalue(res, 0, C_MISSING));
+		       p->out_step->fields[atoi(missing) - 1].ref);
 	else
-		LOG_AT(LOG_INFO, &lc, "%s -> %s on %s", from, to,
+		LOG_AT(LOG_INFO, &lc, "%s -> %s on %s", p->from, to,
 		       t->trigger == SAGA_ON_EVENT  ? t->type
 		       : t->trigger == SAGA_ON_DEADLINE ? "StepTimeout"
 							: "Cancelled");
-	if (db_val(res, 0, C_OUT_ID))
-		outbox_send(E.service->outbox, PQgetvalue(res, 0, C_OUT_ID), "command",
-			    PQgetvalue(res, 0, C_OUT_DEST), PQgetvalue(res, 0, C_OUT_TYPE),
+	if (db_val(res, 0, C_PAYLOAD))
+		outbox_send(E.service->outbox, p->out_id, "command",
+			    missing ? p->alt_dest : p->out_dest, missing ? p->alt_type : p->out_type,
 			    PQgetvalue(res, 0, C_PAYLOAD), trace);
 	if (ended)
 		known_forget(t->saga_id);
 	else
-		known_set(t->saga_id, saga_registry_get(PQgetvalue(res, 0, C_DEF),
-							atoi(PQgetvalue(res, 0, C_DEFV))));
+		known_set(t->saga_id, p->def);
 	transition_done(t, SAGA_OUT_APPLIED, ended);
 }
 
 static void transition_send(struct transition *t)
 {
-	const char *params[6] = {
+	const struct plan *p = &t->plan;
+	const char *params[STEP_PARAMS + 1] = {
 		t->event_id[0] ? t->event_id : NULL,
 		t->saga_id,
-		t->plans,
+		p->def ? p->def->name : NULL,
+		p->def ? p->version : NULL,
+		p->from,
+		p->undo,
+		p->to,
+		p->new_undo,
+		p->cause,
+		p->deadline_ms[0] ? p->deadline_ms : NULL,
+		p->step,
 		t->output,
+		p->out_id[0] ? p->out_id : NULL,
+		p->out_dest,
+		p->out_type,
+		p->fields,
+		p->field_steps,
+		p->input_drop,
+		p->alt_to,
+		p->alt_new_undo,
+		p->alt_cause,
+		p->alt_dest,
+		p->alt_type,
 		outbox_lease_ms(E.service->outbox),
 		t->reason,
 	};
 
-	db_query_grouped(E.service->pool, t->saga_id, t->reason ? cancel_sql : advance_sql,
-			 t->reason ? 6 : 5, params, transition_applied, t);
+	db_query_grouped(E.service->pool, t->saga_id, t->reason ? cancel_sql : step_sql,
+			 t->reason ? STEP_PARAMS + 1 : STEP_PARAMS, params, transition_applied, t);
 }
 
 static void transition_free(struct transition *t)
 {
-	free(t->plans);
+	plan_clear(&t->plan);
 	free(t->output);
 	free(t->reason);
 	free(t);

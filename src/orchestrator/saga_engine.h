@@ -4,20 +4,21 @@
  * participants send back (POST /events/{type}, or the broker), a step's
  * deadline passing (StepTimeout, found by a sweep on a timer), and an
  * operator's cancellation (admin_sagas.c). Each transition is one call of
- * saga_advance (sql/orchestrator/007_saga_engine.sql), guarded by the saga's state and
- * version, that records the message in the inbox, writes the history row
+ * saga_step (sql/orchestrator/010_saga_step.sql), guarded by the saga's
+ * definition, state and version, that records the message in the inbox, writes the history row
  * and the next command's outbox row in one transaction; the command is then
  * sent at once.
  *
  * An event names its saga but not the saga's definition, which only the
  * saga's row says. So that one round trip still does, the engine sends the
- * plan of the saga's definition when it knows it (it started the saga or
- * moved it before), else a plan for each definition version loaded in
- * which the event's type acts (at one position each:
- * saga_machine_expected), and saga_advance applies the plan of the saga's
- * own. A saga whose definition version is not loaded here (registered
- * through another orchestrator) makes the engine read the registry again
- * and try once more.
+ * plan (typed parameters) of the saga's definition when it knows it (it
+ * started the saga or moved it before), else of the first definition
+ * loaded in which the event's type acts (at one position:
+ * saga_machine_expected); saga_step applies it only to a saga of that
+ * definition, and otherwise answers no_plan with the saga's, which the
+ * engine plans again by. A saga whose definition version is not loaded
+ * here (registered through another orchestrator) makes the engine read
+ * the registry again and try once more.
  */
 #ifndef PGSAGA_SAGA_ENGINE_H
 #define PGSAGA_SAGA_ENGINE_H
@@ -59,7 +60,7 @@ int64_t saga_step_deadline_ms(const struct saga_def *d, int step);
 /*
  * The body of a saga's first command: commandId, sagaId and the first step's
  * fields from input (checked by saga_input_check: a first step's fields are
- * all input fields). Later commands' bodies are built by saga_advance (SQL),
+ * all input fields). Later commands' bodies are built by saga_step (SQL),
  * which has the steps' outputs. Malloc'd JSON text.
  */
 char *saga_first_body(const struct saga_def *d, struct json_object *input, const char *cmd_id,

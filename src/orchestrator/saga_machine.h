@@ -4,7 +4,7 @@
  * definition. Pure: no I/O, so the unit tests walk every shape (1 to 16
  * steps, each way of ending). saga_engine.c runs it; the bodies of the
  * commands it sends are built from the fields the definition names, in SQL
- * (saga_advance) but for a saga's first (saga_first_body).
+ * (saga_step) but for a saga's first (saga_first_body).
  *
  * A saga is at one position: a step running (state Pending<Step>), one
  * step's undo awaited (state Compensating, its `compensation` column the

@@ -461,7 +461,7 @@ END_TEST
  * A saga this orchestrator started, then migrated to another version: its
  * next event applies by the new one. The engine sends an event the plan of
  * the definition it knows the saga by (saga_engine.c), here the version
- * the saga left; saga_advance answers no_plan naming the saga's own, and
+ * the saga left; saga_step answers no_plan naming the saga's own, and
  * the engine plans again by that.
  */
 START_TEST(migrated_saga_moves_by_its_new_version)

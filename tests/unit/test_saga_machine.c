@@ -3,7 +3,7 @@
  * cancel at each step), compensation in reverse with each undo once, late
  * and unknown events ignored with their reason; the order definition's
  * table as 1.0 had it; migration. Command bodies are built in SQL
- * (saga_advance), tested by the integration suite.
+ * (saga_step), tested by the integration suite.
  */
 #include <check.h>
 #include <stdio.h>
@@ -595,7 +595,7 @@ START_TEST(machine_missing_field_compensates)
 	ck_assert(saga_machine_next(d, running(1), SAGA_ON_EVENT, "InventoryReserved", &m, &why));
 	ck_assert_int_eq(m.action, SAGA_SEND_COMMAND);
 	ck_assert_int_eq(m.action_step, 2);
-	/* Shipping's fields, as saga_advance reads them (saga_engine.c) */
+	/* Shipping's fields, as saga_step is sent them (saga_engine.c) */
 	ck_assert_int_eq(d->steps[2].n_fields, 4);
 	ck_assert_str_eq(d->steps[2].fields[1].ref, "Inventory.slot");
 	ck_assert_str_eq(d->steps[2].fields[1].name, "slot");
