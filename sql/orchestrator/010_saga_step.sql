@@ -30,20 +30,18 @@ DROP FUNCTION saga_advance(uuid, uuid, jsonb, jsonb, int);
 -- p_alt_out_type, sent as p_out_id). Results:
 --   not_found   no such saga
 --   duplicate   the event was applied before
---   no_plan     the saga runs another definition (or p_def is null):
---               def_name and def_version say which, state and
---               compensation where it is
---   ignored     the saga is elsewhere: state and compensation say where
---   applied     done: state and compensation as they are now; payload the
---               command's body, written into the outbox claimed for
---               p_lease_ms (the caller sends it); missing the ordinal in
---               p_fields of the field that made the p_alt_* plan apply
--- Nothing is written but for applied. When the saga moves on between the
--- read and the write, serialization_failure (40001), and the caller tries
--- again. A saga's first command is built by the start (orders.c).
---
--- The command's body and the outputs are built by the statement that reads
--- the saga: each PL/pgSQL expression costs a few microseconds more.
+--   no_plan     the saga runs another definition (or p_def is null)
+--   ignored     the saga is elsewhere
+--   applied     done: payload the command's body, written into the outbox
+--               claimed for p_lease_ms (the caller sends it); missing the
+--               ordinal in p_fields of the field that made the p_alt_*
+--               plan apply
+-- But for not_found and duplicate, state, compensation, def_name and
+-- def_version say where the saga is (now, for applied) and trace_id is
+-- its trace. Nothing is written but for applied. When the saga moves on
+-- between the read and the write, serialization_failure (40001), and the
+-- caller tries again. A saga's first command is built by the start
+-- (orders.c).
 CREATE FUNCTION saga_step(p_event_id uuid, p_saga_id uuid, p_def text, p_def_version int,
                           p_from text, p_undo text, p_to text, p_new_undo text, p_cause text,
                           p_deadline_ms bigint, p_step text, p_output jsonb,
@@ -89,11 +87,6 @@ BEGIN
     END IF;
     IF v_dup THEN
         result := 'duplicate';
-        state := NULL;
-        compensation := NULL;
-        def_name := NULL;
-        def_version := NULL;
-        trace_id := NULL;
         RETURN;
     END IF;
     IF p_def IS NULL OR def_name <> p_def OR def_version <> p_def_version THEN
@@ -109,11 +102,6 @@ BEGIN
         INSERT INTO processed_messages (message_id) VALUES (p_event_id) ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
             result := 'duplicate';
-            state := NULL;
-            compensation := NULL;
-            def_name := NULL;
-            def_version := NULL;
-            trace_id := NULL;
             RETURN;
         END IF;
     END IF;

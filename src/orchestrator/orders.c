@@ -469,7 +469,7 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 {
 	char ttl_s[24], step_s[24], version_s[16], def_s[SAGA_DEF_NAME_MAX + 16];
 	char customer_s[24], item_s[24], qty_s[24], amount_s[24]; /* numbers only */
-	char *canon = jsonx_canonical(obj), *hashed, *input;
+	char *canon = jsonx_canonical(obj), *hashed, *input = NULL;
 	bool columns = input_in_columns(d);
 	struct saga_move first = saga_machine_start(d);
 	struct order_ctx *c;
@@ -506,7 +506,8 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 	snprintf(def_s, sizeof(def_s), "%s/%d", d->name, (int)d->version);
 	start_answer(c->response, sizeof(c->response), c->saga_id, first.to_state,
 		     route == ROUTE_SAGAS ? def_s : NULL, false);
-	input = declared_input(d, obj);
+	if (!columns)
+		input = declared_input(d, obj);
 	c->body = saga_first_body(d, obj, c->cmd_id, c->saga_id);
 	snprintf(ttl_s, sizeof(ttl_s), "%lld", (long long)R.idempotency_ttl_s);
 	snprintf(step_s, sizeof(step_s), "%lld", (long long)saga_step_deadline_ms(d, 0));
@@ -518,11 +519,22 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 		order_field(obj, columns, "amount", amount_s), step_s,
 		c->trace, c->cmd_id, c->body, outbox_lease_ms(R.service->outbox),
 		first.to_state, first.cause, first.participant, first.message,
-		d->name, version_s, columns ? NULL : input,
+		d->name, version_s, input,
 	};
-	/* commits with the creates and transitions that wait beside it, behind the
-	 * work of the sagas already accepted (db.h) */
-	db_query_grouped_low(R.service->pool, c->saga_id, create_sql, 21, params, order_done, c);
+	/*
+	 * Commits with the creates and transitions that wait beside it (db.h).
+	 * Under admission control it waits behind the work of the sagas
+	 * already accepted, which keeps their latency whatever the rate of
+	 * starts. Without it, it waits in line as 1.0's did: a start held back
+	 * parks its client, and fewer sagas in flight share each commit; at
+	 * 128 in flight that cost about 10 % of the sagas/s (docs/performance.md).
+	 */
+	if (admission_limit(R.adm) > 0)
+		db_query_grouped_low(R.service->pool, c->saga_id, create_sql, 21, params,
+				     order_done, c);
+	else
+		db_query_grouped(R.service->pool, c->saga_id, create_sql, 21, params, order_done,
+				 c);
 	if (hashed != canon)
 		free(hashed);
 	free(canon);
