@@ -191,23 +191,29 @@ static bool terminal(struct saga_pos p)
 }
 
 /*
- * Appends s to the text[] literal *a ("{" to start with), quoted, or NULL
- * for s NULL; "}" closes it. Names are words (saga_def.c): nothing to escape.
+ * A text[] literal, built as "{", an element at a time (quoted: names are
+ * words, saga_def.c, with nothing to escape; NULL for s NULL), then "}".
  */
-static void array_add(char **a, const char *s)
+static void array_append(char **a, const char *text)
 {
-	size_t len = strlen(*a), cap = len + (s ? strlen(s) : 4) + 4;
-	char *b = realloc(*a, cap);
+	size_t len = strlen(*a), n = strlen(text);
+	char *b = realloc(*a, len + n + 1);
 
 	if (!b)
 		abort();
-	if (!s)
-		snprintf(b + len, cap - len, "%sNULL", len > 1 ? "," : "");
-	else if (strcmp(s, "}") == 0)
-		snprintf(b + len, cap - len, "}");
-	else
-		snprintf(b + len, cap - len, "%s\"%s\"", len > 1 ? "," : "", s);
+	memcpy(b + len, text, n + 1);
 	*a = b;
+}
+
+static void array_add(char **a, const char *s)
+{
+	if ((*a)[1])
+		array_append(a, ",");
+	array_append(a, s ? "\"" : "NULL");
+	if (s) {
+		array_append(a, s);
+		array_append(a, "\"");
+	}
 }
 
 static char *array_new(void)
@@ -238,8 +244,8 @@ static void plan_fields(struct plan *p, const struct saga_def *d, const struct s
 		array_add(&p->field_steps, f->step < 0 ? NULL : d->steps[f->step].name);
 		outputs |= f->step >= 0;
 	}
-	array_add(&p->fields, "}");
-	array_add(&p->field_steps, "}");
+	array_append(&p->fields, "}");
+	array_append(&p->field_steps, "}");
 	if (outputs)
 		return;
 	p->input_drop = array_new();
@@ -251,7 +257,7 @@ static void plan_fields(struct plan *p, const struct saga_def *d, const struct s
 		if (!carried)
 			array_add(&p->input_drop, d->input[i].name);
 	}
-	array_add(&p->input_drop, "}");
+	array_append(&p->input_drop, "}");
 }
 
 static void plan_clear(struct plan *p)
