@@ -529,12 +529,8 @@ static void start(struct evhttp_request *req, enum start_route route, const stru
 	 * parks its client, and fewer sagas in flight share each commit; at
 	 * 128 in flight that cost about 10 % of the sagas/s (docs/performance.md).
 	 */
-	if (admission_limit(R.adm) > 0)
-		db_query_grouped_low(R.service->pool, c->saga_id, create_sql, 21, params,
-				     order_done, c);
-	else
-		db_query_grouped(R.service->pool, c->saga_id, create_sql, 21, params, order_done,
-				 c);
+	(admission_limit(R.adm) > 0 ? db_query_grouped_low : db_query_grouped)(
+		R.service->pool, c->saga_id, create_sql, 21, params, order_done, c);
 	if (hashed != canon)
 		free(hashed);
 	free(canon);

@@ -191,41 +191,6 @@ static bool terminal(struct saga_pos p)
 }
 
 /*
- * A text[] literal, built as "{", an element at a time (quoted: names are
- * words, saga_def.c, with nothing to escape; NULL for s NULL), then "}".
- */
-static void array_append(char **a, const char *text)
-{
-	size_t len = strlen(*a), n = strlen(text);
-	char *b = realloc(*a, len + n + 1);
-
-	if (!b)
-		abort();
-	memcpy(b + len, text, n + 1);
-	*a = b;
-}
-
-static void array_add(char **a, const char *s)
-{
-	if ((*a)[1])
-		array_append(a, ",");
-	array_append(a, s ? "\"" : "NULL");
-	if (s) {
-		array_append(a, s);
-		array_append(a, "\"");
-	}
-}
-
-static char *array_new(void)
-{
-	char *a = strdup("{");
-
-	if (!a)
-		abort();
-	return a;
-}
-
-/*
  * The body of the command of step (fields, field_steps, input_drop), as
  * saga_step takes it: input_drop, the input fields the command does not
  * carry, only when it carries input fields alone (the body is then the
@@ -233,31 +198,33 @@ static char *array_new(void)
  */
 static void plan_fields(struct plan *p, const struct saga_def *d, const struct saga_step_def *step)
 {
+	size_t n = step->n_fields > d->n_input ? step->n_fields : d->n_input, n_drop = 0;
+	const char **names = calloc(n + 1, sizeof(*names)), **steps = calloc(n + 1, sizeof(*steps));
 	bool outputs = false;
 
-	p->fields = array_new();
-	p->field_steps = array_new();
+	if (!names || !steps)
+		abort();
 	for (size_t i = 0; i < step->n_fields; i++) {
 		const struct saga_field_ref *f = &step->fields[i];
 
-		array_add(&p->fields, f->name);
-		array_add(&p->field_steps, f->step < 0 ? NULL : d->steps[f->step].name);
+		names[i] = f->name;
+		steps[i] = f->step < 0 ? NULL : d->steps[f->step].name;
 		outputs |= f->step >= 0;
 	}
-	array_append(&p->fields, "}");
-	array_append(&p->field_steps, "}");
-	if (outputs)
-		return;
-	p->input_drop = array_new();
-	for (size_t i = 0; i < d->n_input; i++) {
+	p->fields = db_text_array(names, step->n_fields);
+	p->field_steps = db_text_array(steps, step->n_fields);
+	for (size_t i = 0; !outputs && i < d->n_input; i++) {
 		bool carried = false;
 
 		for (size_t k = 0; k < step->n_fields; k++)
 			carried |= strcmp(d->input[i].name, step->fields[k].name) == 0;
 		if (!carried)
-			array_add(&p->input_drop, d->input[i].name);
+			names[n_drop++] = d->input[i].name;
 	}
-	array_append(&p->input_drop, "}");
+	if (!outputs)
+		p->input_drop = db_text_array(names, n_drop);
+	free(names);
+	free(steps);
 }
 
 static void plan_clear(struct plan *p)

@@ -4,7 +4,10 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "db.h"
 
 /*
  * The functions of that name in the schema: how many, how many fit, and
@@ -52,15 +55,13 @@ static int check_one(PGconn *conn, const char *schema, const char *function, boo
 /*
  * participant_call and participant_undo with a static call for each
  * function (sql/participant/005_participant_functions.sql): the names go as
- * two text[] parameters, and the SQL quotes them itself. The names are
- * [a-z_][a-z0-9_]* (steps.c), so an array literal of them needs no quoting.
+ * two text[] parameters, and the SQL quotes them itself.
  */
 static int compile(PGconn *conn, const char *schema, const struct steps *steps, char *err,
 		   size_t errlen)
 {
-	char commands[STEPS_MAX * (STEPS_FUNCTION_MAX + 1) + 3] = "{";
-	char undos[sizeof(commands)] = "{";
-	const char *params[2] = { commands, undos };
+	const char *names[2][STEPS_MAX];
+	char *commands, *undos;
 	char *ident = PQescapeIdentifier(conn, schema, strlen(schema));
 	char sql[160];
 	PGresult *res;
@@ -74,20 +75,21 @@ static int compile(PGconn *conn, const char *schema, const struct steps *steps, 
 	PQfreemem(ident);
 
 	for (size_t i = 0; i < steps->n; i++) {
-		const char *sep = i ? "," : "";
-
-		strcat(strcat(commands, sep), steps->step[i].function);
-		strcat(strcat(undos, sep), steps->step[i].undo);
+		names[0][i] = steps->step[i].function;
+		names[1][i] = steps->step[i].undo;
 	}
-	strcat(commands, "}");
-	strcat(undos, "}");
-	res = PQexecParams(conn, sql, 2, NULL, params, NULL, NULL, 0);
+	commands = db_text_array(names[0], steps->n);
+	undos = db_text_array(names[1], steps->n);
+	res = PQexecParams(conn, sql, 2, NULL, (const char *const[]){ commands, undos }, NULL, NULL,
+			   0);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK) {
 		snprintf(err, errlen, "writing %s.participant_call: %s", schema,
 			 PQresultErrorMessage(res));
 		rc = -1;
 	}
 	PQclear(res);
+	free(commands);
+	free(undos);
 	return rc;
 }
 

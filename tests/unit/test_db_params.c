@@ -4,10 +4,12 @@
  * connection started with them): the keepalive and tcp_user_timeout
  * defaults, what DATABASE_URL sets overriding them, and what the pool adds
  * overriding DATABASE_URL. The host is a socket directory that does not
- * exist, so nothing is connected to.
+ * exist, so nothing is connected to. And db_text_array, the text[]
+ * parameters the services send.
  */
 #include <libpq-fe.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "db.h"
@@ -101,6 +103,29 @@ START_TEST(test_no_conninfo_keeps_the_defaults)
 }
 END_TEST
 
+/* a literal of elems as db_text_array writes it */
+static void array_is(const char *const *elems, size_t n, const char *want)
+{
+	char *got = db_text_array(elems, n);
+
+	ck_assert_str_eq(got, want);
+	free(got);
+}
+
+START_TEST(test_text_array_quotes_each_element)
+{
+	array_is(NULL, 0, "{}");
+	array_is((const char *[]){ "customerId" }, 1, "{\"customerId\"}");
+	array_is((const char *[]){ "itemId", NULL, "qty" }, 3, "{\"itemId\",NULL,\"qty\"}");
+	array_is((const char *[]){ NULL }, 1, "{NULL}");
+	/* NULL as a word is a string, not a null element */
+	array_is((const char *[]){ "NULL", "" }, 2, "{\"NULL\",\"\"}");
+	/* " and \ escaped, commas and braces inside the quotes */
+	array_is((const char *[]){ "a\"b", "c\\d", "{e,f}" }, 3,
+		 "{\"a\\\"b\",\"c\\\\d\",\"{e,f}\"}");
+}
+END_TEST
+
 Suite *db_params_suite(void)
 {
 	Suite *s = suite_create("db_params");
@@ -110,6 +135,9 @@ Suite *db_params_suite(void)
 	tcase_add_test(tc, test_the_url_overrides_them);
 	tcase_add_test(tc, test_what_is_added_overrides_the_url);
 	tcase_add_test(tc, test_no_conninfo_keeps_the_defaults);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("text_array");
+	tcase_add_test(tc, test_text_array_quotes_each_element);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1024,6 +1024,37 @@ int db_pool_size(const struct db_pool *pool)
 	return pool->size;
 }
 
+char *db_text_array(const char *const *elems, size_t n)
+{
+	size_t len = 3; /* {} NUL */
+	char *a, *p;
+
+	for (size_t i = 0; i < n; i++)
+		len += elems[i] ? 2 * strlen(elems[i]) + 3 : 5; /* "…", or NULL, */
+	if (!(p = a = malloc(len)))
+		abort();
+	*p++ = '{';
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			*p++ = ',';
+		if (!elems[i]) {
+			memcpy(p, "NULL", 4);
+			p += 4;
+			continue;
+		}
+		*p++ = '"';
+		for (const char *c = elems[i]; *c; c++) {
+			if (*c == '"' || *c == '\\')
+				*p++ = '\\';
+			*p++ = *c;
+		}
+		*p++ = '"';
+	}
+	*p++ = '}';
+	*p = '\0';
+	return a;
+}
+
 bool db_retryable(const struct db_error *err)
 {
 	return err->status == DB_SQL_ERROR &&

@@ -144,6 +144,13 @@ static inline const char *db_val(const PGresult *res, int row, int col)
 	return PQgetisnull(res, row, col) ? NULL : PQgetvalue(res, row, col);
 }
 
+/*
+ * The text[] literal of the n strings of elems, for a parameter: each
+ * element double-quoted with its " and \ escaped, a NULL one as NULL
+ * ({"a",NULL,"b\"c"}; {} when n is 0). malloc'd; aborts without memory.
+ */
+char *db_text_array(const char *const *elems, size_t n);
+
 /* True for SQLSTATEs worth retrying at once: serialization failure, deadlock. */
 bool db_retryable(const struct db_error *err);
 
