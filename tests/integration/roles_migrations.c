@@ -175,6 +175,49 @@ START_TEST(operator_accounts_and_stock_by_psql)
 }
 END_TEST
 
+/*
+ * The checks of a saga's state and awaited undo (migrations 006, 011), as
+ * an operator meets them in psql: Pending and a step's name of 1 to 64
+ * letters or digits, or one of the four other states; an undo of 1 to 64.
+ */
+START_TEST(saga_state_checks)
+{
+	static const struct {
+		const char *state, *undo, *sqlstate;
+	} rows[] = {
+		{ "PendingShipping", NULL, "00000" },
+		{ "Pending", NULL, "23514" },
+		{ "Pendingaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", NULL,
+		  "00000" }, /* 64 letters */
+		{ "Pendingaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", NULL,
+		  "23514" }, /* 65 */
+		{ "Pending-Ship", NULL, "23514" },
+		{ "Shipping", NULL, "23514" },
+		{ "Completed", NULL, "00000" },
+		{ "Compensating", "Shipping", "00000" },
+		{ "Compensating", "", "23514" },
+		{ "Compensating", "Ship ping", "23514" },
+		{ "Compensating", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "00000" },
+		{ "Compensating", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "23514" },
+	};
+	char sql[512], got[6];
+
+	env_start(&env, SVC_ORCH, NULL);
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		snprintf(sql, sizeof(sql),
+			 "INSERT INTO orchestrator.saga_instances (saga_id, state, version,"
+			 " compensation, definition_name, input, trace_id)"
+			 " VALUES (gen_random_uuid(), '%s', 1, %s%s%s, 'x', '{}', 't')",
+			 rows[i].state, rows[i].undo ? "'" : "", rows[i].undo ? rows[i].undo : "NULL",
+			 rows[i].undo ? "'" : "");
+		snprintf(got, sizeof(got), "%s", sql_state_as(env.admin_url, sql));
+		ck_assert_msg(strcmp(got, rows[i].sqlstate) == 0, "state %s, undo %s: %s, not %s",
+			      rows[i].state, rows[i].undo ? rows[i].undo : "null", got,
+			      rows[i].sqlstate);
+	}
+}
+END_TEST
+
 Suite *roles_migrations_suite(void)
 {
 	Suite *s = suite_create("roles_migrations");
@@ -185,6 +228,7 @@ Suite *roles_migrations_suite(void)
 	tcase_add_test(sec, internal_endpoints_need_token);
 	tcase_add_test(ops, migrations_only_as_the_schema_owner);
 	tcase_add_test(ops, operator_accounts_and_stock_by_psql);
+	tcase_add_test(ops, saga_state_checks);
 	suite_add_tcase(s, sec);
 	suite_add_tcase(s, ops);
 	return s;
