@@ -267,6 +267,12 @@ def behaviour(db, cmds, rx):
     checks.ok(rows("SELECT count(*) FROM shipping.processed_messages WHERE message_id = '%s'",
                    cid) == [["0"]], "a refused command left its inbox row")
     checks.ok(cmds.ship(cid, saga) == (200, {"duplicated": False}), "refused, then well-formed")
+    # participant_id: 1 to 64 of [A-Za-z0-9_-]
+    for item, want in (("I" * 64, 200), ("I" * 65, 400), ("", 400), ("A 1", 400),
+                       ("a_B-9", 200), (7, 400)):
+        status, body = cmds.ship(new_id(), new_id(), itemId=item)
+        checks.ok(status == want and (want == 200 or "itemId" in body["error"]["message"]),
+                  "itemId %r: %s %s, not %d" % (item, status, body, want))
 
 
 def dispatch(db):
