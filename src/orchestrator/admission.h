@@ -53,8 +53,9 @@
  *   than 96 % of what the probe finished (more concurrency still pays), and
  *   shrinks by 10 % when it finished more than 99 % (more concurrency only
  *   waits); else it stays. Erring high costs latency, erring low costs
- *   throughput that never comes back: the rule leans high. The level thus settles where half again as much
- *   concurrency gains only a few per cent: near the top of the throughput
+ *   throughput that never comes back: the rule leans high. The level thus
+ *   settles where half again as much concurrency gains only a few per
+ *   cent: near the top of the throughput
  *   curve (this machine's is shallow, group commit rewarding concurrency
  *   far), with the latency that level brings. Both sides of each
  *   comparison are measured in the same cycle, so the level follows a
