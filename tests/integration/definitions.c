@@ -295,8 +295,8 @@ static void insert_saga(char id[UUID_STR_LEN], const char *state, const char *co
 	free(env_sql(&env,
 		     "INSERT INTO orchestrator.saga_instances (saga_id, state, compensation, version,"
 		     "   definition_name, definition_version, input, deadline_at)"
-		     " VALUES ($1, $2, $3, $4::int, 'demo', 1, '{\"ref\":\"r-1\"}',"
-		     "   CASE WHEN $2 LIKE 'Pending%' THEN '2100-01-01 00:00:00+00'::timestamptz END)",
+		     " VALUES ($1, $2::text, $3::text, $4::int, 'demo', 1, '{\"ref\":\"r-1\"}',"
+		     "   CASE WHEN $2::text LIKE 'Pending%' THEN '2100-01-01 00:00:00+00'::timestamptz END)",
 		     4, params));
 }
 
